@@ -1,0 +1,4 @@
+from mlflow_perfgate.cli import main
+
+if __name__ == "__main__":
+    main()
