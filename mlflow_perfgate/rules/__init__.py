@@ -6,6 +6,7 @@ torch, so it runs (and is tested) anywhere, and the tracking and workload layers
 
 from ._errors import RuleTypeError
 from ._evidence import synthesize_evidence, top_hotspots, validate_validity_report
+from ._explain import explain_checks
 from ._experiment import changed_keys, design_single_variable_experiment
 from ._regression import DEFAULT_THRESHOLDS, evaluate_regression, percentile, summarize_repeated_runs
 
@@ -15,6 +16,7 @@ __all__ = sorted([
     "changed_keys",
     "design_single_variable_experiment",
     "evaluate_regression",
+    "explain_checks",
     "percentile",
     "summarize_repeated_runs",
     "synthesize_evidence",

@@ -1,0 +1,216 @@
+"""The ``mlflow-perfgate`` command line: parsing, printing and exit codes, nothing else."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import click
+
+#: Exit codes of the gate (DESIGN.md).
+EXIT_CODES = {"accept": 0, "reject": 1, "rerun": 3, "blocked_by_correctness": 4}
+EXIT_USAGE = 2
+_DEBUG_ENV = "MLFLOW_PERFGATE_DEBUG"
+
+
+def _fail(message: str) -> "NoReturn":  # noqa: F821
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def _one_line(exc: BaseException) -> str:
+    message = getattr(exc, "message", None) or (exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc))
+    text = " ".join(str(message).split())
+    return text if len(text) <= 2000 else text[:2000] + " ..."
+
+
+def guarded(func):
+    """Turn any error of a command into one line on stderr and exit code 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:
+            if os.environ.get(_DEBUG_ENV):
+                raise
+            if isinstance(exc, (ValueError, KeyError, OSError)) or type(exc).__name__ == "MlflowException":
+                _fail(_one_line(exc))
+            _fail(f"{_one_line(exc)} ({type(exc).__name__}; set {_DEBUG_ENV}=1 for a traceback)")
+
+    return wrapper
+
+
+def parse_assignments(items: tuple[str, ...], option: str) -> dict[str, str]:
+    """``("a=1", "b=x")`` -> ``{"a": "1", "b": "x"}``, with a clear error for a bad item."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+        key = key.strip()
+        if key in result:
+            raise click.BadParameter(f"{key!r} given twice", param_hint=option)
+        result[key] = value.strip()
+    return result
+
+
+def threshold_options(func):
+    """The specification's thresholds as options (defaults: the specification's)."""
+    options = [
+        click.option("--min-valid-runs", type=int, default=None, help="Successful attempts each arm needs [5]."),
+        click.option("--min-improvement", type=float, default=None, help="Least median improvement, in [0, 1) [0.05]."),
+        click.option("--quality-tolerance", type=float, default=None, help="Allowed quality drop, >= 0 [0.01]."),
+        click.option("--maximum-failure-rate", type=float, default=None, help="Highest failure rate, in [0, 1] [0.0]."),
+        click.option("--maximum-p95-ratio", type=float, default=None, help="Highest candidate/baseline P95, >= 1 [1.05]."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def collect_thresholds(kwargs: dict) -> dict:
+    names = ("min_valid_runs", "min_improvement", "quality_tolerance", "maximum_failure_rate", "maximum_p95_ratio")
+    return {name: kwargs.pop(name) for name in names if kwargs.get(name) is not None}
+
+
+def print_decision(result: dict, output_format: str) -> None:
+    if output_format == "json":
+        click.echo(json.dumps(result, indent=2, default=str))
+        return
+    from mlflow_perfgate.tracking._report import decision_markdown
+
+    click.echo(decision_markdown(result))
+    click.echo(f"decision run: {result['decision_run_id']}")
+
+
+def exit_for(result: dict) -> None:
+    sys.exit(EXIT_CODES[result["decision"]])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="mlflow-perfgate")
+def cli():
+    """Accept, reject or rerun a PyTorch performance change, with the evidence in MLflow.
+
+    Tracking goes to MLFLOW_TRACKING_URI (default: MLflow's local sqlite:///mlflow.db).
+    Exit codes of evaluate and compare: 0 accept, 1 reject, 2 usage or input error, 3 rerun,
+    4 blocked by correctness.
+    """
+
+
+@cli.command()
+@click.option("--group", required=True, help="Comparison id the attempt belongs to.")
+@click.option("--arm", required=True, type=click.Choice(["baseline", "candidate"]))
+@click.option("--set", "conditions", multiple=True, metavar="KEY=VALUE",
+              help="A condition (param); repeat for each: model, input_shape, batch_size, ...")
+@click.option("--latency-ms", type=float, default=None, help="The attempt's latency (required unless --failure).")
+@click.option("--quality", type=float, default=None, help="The attempt's quality score (required unless --failure).")
+@click.option("--failure", default=None, help="Why the attempt failed; records a failed attempt.")
+@click.option("--validity", default=None, metavar="JSON",
+              help="The correctness record as JSON, or @FILE holding it.")
+@click.option("--metric", "metrics", multiple=True, metavar="KEY=VALUE", help="An extra metric, e.g. peak_mem_mib=512.")
+@click.option("--attempt-id", default=None, help="A unique id: a retried record with the same id counts once.")
+@click.option("--parent-run-id", default=None, help="A comparison run to nest the attempt under.")
+@click.option("--experiment", default=None, help="Experiment name (created if missing).")
+@guarded
+def record(group, arm, conditions, latency_ms, quality, failure, validity, metrics, attempt_id,
+           parent_run_id, experiment):
+    """Log one attempt from a shell (a workload not written in Python); prints the run id."""
+    from mlflow_perfgate.tracking import log_attempt
+
+    parsed_validity = None
+    if validity is not None:
+        text = validity
+        if validity.startswith("@"):
+            with open(validity[1:], encoding="utf-8") as handle:
+                text = handle.read()
+        try:
+            parsed_validity = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--validity") from None
+    extra = {}
+    for key, value in parse_assignments(metrics, "--metric").items():
+        try:
+            extra[key] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{key}={value!r} is not a number", param_hint="--metric") from None
+    run_id = log_attempt(
+        group, arm, parse_assignments(conditions, "--set"), latency_ms=latency_ms, quality=quality,
+        ok=failure is None, failure=failure, validity=parsed_validity, experiment_name=experiment,
+        parent_run_id=parent_run_id, attempt_id=attempt_id, metrics=extra or None,
+    )
+    click.echo(run_id)
+
+
+@cli.command()
+@click.option("--group", required=True, help="Comparison id to judge.")
+@click.option("--experiment", default=None, help="Experiment name.")
+@threshold_options
+@click.option("--stale-after", type=float, default=None, metavar="SECONDS",
+              help="A RUNNING attempt older than this counts as failed ('stale') [3600].")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@guarded
+def evaluate(group, experiment, stale_after, output_format, **kwargs):
+    """Judge a group's attempts, log the decision run, exit with the decision's code."""
+    from mlflow_perfgate.tracking import DEFAULT_STALE_AFTER_S, evaluate_group
+
+    thresholds = collect_thresholds(kwargs)
+    result = evaluate_group(group, experiment_name=experiment,
+                            stale_after_s=stale_after or DEFAULT_STALE_AFTER_S, **thresholds)
+    print_decision(result, output_format)
+    exit_for(result)
+
+
+@cli.command()
+@click.option("--experiment", default=None, help="Experiment name.")
+@click.option("--group", default=None, help="Only this comparison's decisions.")
+@click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table")
+@guarded
+def decisions(experiment, group, output_format):
+    """List decision runs, newest first."""
+    from mlflow_perfgate.tracking import decisions as query
+
+    frame = query(experiment_name=experiment, group=group)
+    if output_format == "json":
+        click.echo(frame.to_json(orient="records", date_format="iso", indent=2))
+    elif output_format == "csv":
+        click.echo(frame.to_csv(index=False), nl=False)
+    elif frame.empty:
+        click.echo("no decisions")
+    else:
+        columns = ["start_time", "group", "decision", "reason", "changed_variable", "baseline_value",
+                   "candidate_value", "baseline_median_ms", "candidate_median_ms", "observed_improvement", "run_id"]
+        click.echo(frame[columns].to_string(index=False, max_colwidth=40))
+
+
+@cli.command()
+@click.option("--group", required=True, help="Comparison id.")
+@click.option("--experiment", default=None, help="Experiment name.")
+@guarded
+def report(group, experiment):
+    """Print the markdown report of a group's newest decision."""
+    from mlflow_perfgate.tracking import decisions as query
+    from mlflow_perfgate.tracking._queries import read_report
+
+    frame = query(experiment_name=experiment, group=group)
+    if frame.empty:
+        raise ValueError(f"no decision for group {group!r}; run evaluate first")
+    click.echo(read_report(frame.iloc[0]["run_id"]), nl=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: click in non-standalone mode so usage errors are one line with exit code 2."""
+    try:
+        cli.main(args=argv, prog_name="mlflow-perfgate", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        _fail("aborted")
+    except click.ClickException as exc:
+        _fail(exc.format_message().replace("\n", " "))
+    sys.exit(0)

@@ -1,0 +1,120 @@
+"""The MLflow client, experiment resolution, batched writes and paginated reads."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Callable, Iterable, TypeVar
+
+from mlflow.entities import Metric, Param, RunTag, ViewType
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from ._schema import MAX_ENTITIES_PER_BATCH, MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
+
+__all__ = ["client", "resolve_experiment", "retrying", "log_batch", "search_all"]
+
+T = TypeVar("T")
+#: Page size of a search: MLflow's default page, which every store and server accepts.
+PAGE_SIZE = 1000
+DEFAULT_EXPERIMENT_ID = "0"
+_LOCK_RETRIES = 8
+
+
+def client() -> MlflowClient:
+    """A client for the current tracking URI (``MLFLOW_TRACKING_URI`` or MLflow's default)."""
+    return MlflowClient()
+
+
+def retrying(call: Callable[[], T]) -> T:
+    """Run a store call, retrying while SQLite reports its database locked.
+
+    A locked SQLite write rolls back whole, so a retry never writes twice. Concurrent writer
+    processes on one SQLite file meet this under load; other errors pass through at once.
+    """
+    for attempt in range(_LOCK_RETRIES):
+        try:
+            return call()
+        except MlflowException as exc:
+            if "database is locked" not in str(exc) or attempt == _LOCK_RETRIES - 1:
+                raise
+        time.sleep(0.05 * (2**attempt) * (1 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def resolve_experiment(mlflow_client: MlflowClient, experiment_name: str | None, *, create: bool) -> str:
+    """The experiment id for a name; without one, ``MLFLOW_EXPERIMENT_NAME`` /
+    ``MLFLOW_EXPERIMENT_ID``, then MLflow's Default experiment.
+
+    Creating is race-safe: the loser of a concurrent create reads the winner's experiment,
+    never falls back to Default (which ``mlflow.set_experiment`` in each worker can do).
+
+    Raises:
+        ValueError: the experiment does not exist and ``create`` is false, or it is deleted.
+    """
+    if experiment_name is None:
+        experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
+        if experiment_name is None:
+            experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or DEFAULT_EXPERIMENT_ID
+            experiment = retrying(lambda: mlflow_client.get_experiment(experiment_id))
+            if experiment.lifecycle_stage != "active":
+                raise ValueError(f"experiment id {experiment_id} is deleted")
+            return experiment.experiment_id
+    if not isinstance(experiment_name, str) or not experiment_name.strip():
+        raise ValueError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
+    experiment = retrying(lambda: mlflow_client.get_experiment_by_name(experiment_name))
+    if experiment is None:
+        if not create:
+            raise ValueError(f"experiment {experiment_name!r} does not exist")
+        try:
+            return retrying(lambda: mlflow_client.create_experiment(experiment_name))
+        except MlflowException:
+            experiment = retrying(lambda: mlflow_client.get_experiment_by_name(experiment_name))
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage != "active":
+        raise ValueError(
+            f"experiment {experiment_name!r} is deleted; restore it or choose another name"
+        )
+    return experiment.experiment_id
+
+
+def _chunks(items: list, size: int) -> Iterable[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def log_batch(mlflow_client: MlflowClient, run_id: str, *, params: dict | None = None,
+              metrics: list[Metric] | None = None, tags: dict | None = None) -> None:
+    """Write params, metrics and tags in as few ``log_batch`` requests as MLflow's limits allow."""
+    params_list = [Param(k, v) for k, v in (params or {}).items()]
+    tags_list = [RunTag(k, v) for k, v in (tags or {}).items()]
+    metrics_list = list(metrics or [])
+    while params_list or tags_list or metrics_list:
+        # one request: up to 100 params+tags and 1000 metrics, 1000 entities in all
+        room = MAX_PARAMS_TAGS_PER_BATCH
+        batch_params, params_list = params_list[:room], params_list[room:]
+        room -= len(batch_params)
+        batch_tags, tags_list = tags_list[:room], tags_list[room:]
+        room = min(MAX_METRICS_PER_BATCH, MAX_ENTITIES_PER_BATCH - len(batch_params) - len(batch_tags))
+        batch_metrics, metrics_list = metrics_list[:room], metrics_list[room:]
+        retrying(lambda: mlflow_client.log_batch(
+            run_id, metrics=batch_metrics, params=batch_params, tags=batch_tags
+        ))
+
+
+def search_all(mlflow_client: MlflowClient, experiment_ids: list[str], filter_string: str,
+               *, order_by: list[str] | None = None, view: int = ViewType.ACTIVE_ONLY) -> list:
+    """All runs matching a filter, one paginated search (pages of :data:`PAGE_SIZE`)."""
+    runs: list = []
+    token = None
+    while True:
+        page = retrying(lambda: mlflow_client.search_runs(
+            experiment_ids, filter_string=filter_string, run_view_type=view,
+            max_results=PAGE_SIZE, order_by=order_by, page_token=token,
+        ))
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs

@@ -1,0 +1,378 @@
+"""The evaluator: one search for a group's attempts, the rules, and the decision run."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlflow.entities import Metric, RunStatus
+
+from .. import rules
+from . import _client, _report
+from ._schema import (
+    ARMS,
+    KIND_ATTEMPT,
+    KIND_DECISION,
+    MAX_PARAM_VALUE,
+    METRIC,
+    TAG,
+    THRESHOLD_PARAMS,
+    group_key,
+)
+
+__all__ = ["evaluate_group", "group_filter", "DEFAULT_STALE_AFTER_S", "AttemptView", "load_group"]
+
+#: A run of the group still RUNNING after this long (from its start) counts as a failed,
+#: 'stale' attempt: its process is gone or hung. Younger ones make the answer ``rerun``.
+DEFAULT_STALE_AFTER_S = 3600.0
+_TERMINAL = {"FINISHED", "FAILED", "KILLED"}
+# MLflow stores +/-infinity as +/-1.7976931348623157e308.
+_MLFLOW_INFINITY = 1.7976931348623157e308
+
+
+def _quoted_filter(clauses: list[tuple[str, str]]) -> str | None:
+    """``tags."k" = 'v' AND ...`` if MLflow's parser reads every value back exactly, else None."""
+    from mlflow.utils.search_utils import SearchUtils
+
+    parts = []
+    for key, value in clauses:
+        quote = "'" if "'" not in value else '"' if '"' not in value else None
+        if quote is None:
+            return None
+        parts.append(f'tags."{key}" = {quote}{value}{quote}')
+    text = " AND ".join(parts)
+    try:
+        parsed = SearchUtils.parse_search_filter(text)
+    except Exception:
+        return None
+    expected = [("tag", key, "=", value) for key, value in clauses]
+    got = [(p.get("type"), p.get("key"), p.get("comparator"), p.get("value")) for p in parsed]
+    return text if got == expected else None
+
+
+def group_filter(group: str, kind: str) -> str:
+    """A filter string selecting exactly one group's runs of one kind.
+
+    The group name is quoted only when MLflow's own filter parser reads it back unchanged;
+    otherwise (both quote characters in the name, say) the filter uses the name's sha256 key
+    tag, which every run we write carries. Callers still compare the full name exactly.
+    """
+    text = _quoted_filter([(TAG.GROUP, group), (TAG.KIND, kind)])
+    if text is None:
+        text = _quoted_filter([(TAG.GROUP_KEY, group_key(group)), (TAG.KIND, kind)])
+    assert text is not None  # hex keys always quote
+    return text
+
+
+@dataclass
+class AttemptView:
+    """One attempt run as the evaluator sees it. ``state`` keeps the outcomes apart:
+    ``ok``, ``failed`` (reported), ``crashed`` (ended without reporting), ``stale``
+    (RUNNING too long) and ``running``."""
+
+    run_id: str
+    arm: str
+    state: str
+    attempt_id: str
+    start_time: int
+    status: str
+    params: dict
+    latency_ms: float | None = None
+    quality: float | None = None
+    failure: str | None = None
+    validity: dict | None = None
+    metrics: dict = field(default_factory=dict)
+    tags: dict = field(default_factory=dict)
+    parent_run_id: str | None = None
+
+    def record(self) -> dict:
+        """The specification's attempt record."""
+        if self.state == "ok":
+            return {"ok": True, "latency_ms": self.latency_ms, "quality": self.quality, "run_id": self.run_id}
+        return {"ok": False, "failure": self.failure, "run_id": self.run_id}
+
+
+def _finite_metric(run, key: str) -> float | None:
+    value = run.data.metrics.get(key)
+    if value is None:
+        return None
+    if not math.isfinite(value) or abs(value) >= _MLFLOW_INFINITY:
+        raise ValueError(
+            f"run {run.info.run_id} holds a non-finite {key} ({value!r}); it cannot be judged. "
+            "Delete or fix the run, then evaluate again."
+        )
+    return value
+
+
+def _view(run, now_ms: int, stale_after_s: float) -> AttemptView:
+    tags, info = run.data.tags, run.info
+    arm = tags.get(TAG.ARM)
+    if arm not in ARMS:
+        raise ValueError(
+            f"run {info.run_id} of the group has {TAG.ARM}={arm!r}; expected one of {list(ARMS)}"
+        )
+    view = AttemptView(
+        run_id=info.run_id, arm=arm, state="", attempt_id=tags.get(TAG.ATTEMPT_ID) or info.run_id,
+        start_time=info.start_time or 0, status=info.status, params=dict(run.data.params),
+        metrics=dict(run.data.metrics), tags=dict(tags), parent_run_id=tags.get(TAG.PARENT),
+    )
+    if tags.get(TAG.RUN_VALID) in ("true", "false"):
+        invalid = tags[TAG.RUN_VALID] == "false"
+        issues = [i for i in tags.get(TAG.ISSUES, "").split(",") if i]
+        view.validity = {
+            "run_valid": not invalid, "issues": issues,
+            "first_failure": tags.get(TAG.FIRST_FAILURE) or None,
+            "reproducible": tags.get(TAG.REPRODUCIBLE) == "true",
+        }
+    ok_tag = tags.get(TAG.OK)
+    if ok_tag == "true":
+        view.latency_ms = _finite_metric(run, METRIC.LATENCY)
+        view.quality = _finite_metric(run, METRIC.QUALITY)
+        if view.latency_ms is None or view.quality is None or view.latency_ms <= 0:
+            raise ValueError(
+                f"run {info.run_id} says {TAG.OK}=true but lacks a positive {METRIC.LATENCY} or a "
+                f"{METRIC.QUALITY}; log it again with mlflow_perfgate.log_attempt"
+            )
+        view.state = "ok"
+    elif ok_tag == "false":
+        view.state, view.failure = "failed", tags.get(TAG.FAILURE) or "unspecified"
+    elif info.status in ("FAILED", "KILLED"):
+        view.state, view.failure = "crashed", f"crashed: run ended {info.status} without reporting"
+    elif info.status == "FINISHED":
+        view.state, view.failure = "crashed", "no_result: run FINISHED without reporting"
+    else:
+        age_s = (now_ms - view.start_time) / 1000
+        if age_s > stale_after_s:
+            view.state = "stale"
+            view.failure = f"stale: {info.status} for {age_s:.0f} s (limit {stale_after_s:.0f} s)"
+        else:
+            view.state = "running"
+    return view
+
+
+def _preference(view: AttemptView) -> tuple:
+    # Among runs of one attempt_id (a retried write), keep the most complete one.
+    rank = {"ok": 0, "failed": 0, "crashed": 1, "stale": 2, "running": 2}[view.state]
+    return (rank, view.start_time, view.run_id)
+
+
+def load_group(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float,
+               kind: str = KIND_ATTEMPT) -> tuple[list[AttemptView], list[str]]:
+    """The group's attempts (one paginated search), deduplicated by attempt_id.
+
+    Returns:
+        The attempts, oldest first, and the run ids dropped as duplicates of a retried write.
+    """
+    runs = _client.search_all(mlflow_client, [experiment_id], group_filter(group, kind),
+                              order_by=["attributes.start_time ASC"])
+    now_ms = int(time.time() * 1000)
+    # The filter may match more than the exact name on a case-insensitive database: compare here.
+    views = [_view(run, now_ms, stale_after_s) for run in runs if run.data.tags.get(TAG.GROUP) == group]
+    by_attempt: dict[str, list[AttemptView]] = {}
+    for view in views:
+        by_attempt.setdefault(view.attempt_id, []).append(view)
+    kept, duplicates = [], []
+    for same in by_attempt.values():
+        same.sort(key=_preference)
+        kept.append(same[0])
+        duplicates.extend(v.run_id for v in same[1:])
+    kept.sort(key=lambda v: (v.start_time, v.run_id))
+    return kept, duplicates
+
+
+def _arm_params(views: list[AttemptView], arm: str) -> dict | None:
+    """The params every attempt of an arm shares, or ValueError naming the keys that differ."""
+    logged = [v for v in views if v.arm == arm and v.params]
+    if not logged:
+        return None
+    first = logged[0].params
+    for other in logged[1:]:
+        if other.params != first:
+            keys = sorted(k for k in set(first) | set(other.params) if first.get(k) != other.params.get(k))
+            raise ValueError(
+                f"the {arm} attempts do not share identical conditions: {keys} differ "
+                f"(runs {logged[0].run_id} and {other.run_id})"
+            )
+    return first
+
+
+def _changed_variable(views: list[AttemptView]) -> tuple[str | None, str | None, str | None]:
+    """(variable, baseline value, candidate value) under the single-variable rule."""
+    baseline, candidate = _arm_params(views, "baseline"), _arm_params(views, "candidate")
+    if baseline is None or candidate is None:
+        return None, None, None
+    differ = rules.changed_keys({"baseline": baseline, "candidate": candidate})
+    if len(differ) != 1:
+        what = "do not differ in any condition" if not differ else f"differ in {len(differ)} conditions: {differ}"
+        raise ValueError(
+            f"baseline and candidate must differ in exactly one condition (the changed variable); they {what}"
+        )
+    key = differ[0]
+    return key, baseline.get(key, "(absent)"), candidate.get(key, "(absent)")
+
+
+def _thresholds(given: dict) -> dict:
+    unknown = sorted(set(given) - set(THRESHOLD_PARAMS))
+    if unknown:
+        raise ValueError(f"unknown thresholds {unknown}; expected some of {list(THRESHOLD_PARAMS)}")
+    merged = {**rules.DEFAULT_THRESHOLDS, **{k: v for k, v in given.items() if v is not None}}
+    try:
+        rules.evaluate_regression([], [], **merged)  # checks the thresholds, judges nothing
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    return merged
+
+
+def _judge(views: list[AttemptView], thresholds: dict) -> dict:
+    """The rules, in the evaluator's order: correctness, single variable, in-progress, regression."""
+    invalid = [v for v in views if v.validity and not v.validity["run_valid"]]
+    judged = [v for v in views if v.state != "running"]
+    records = {arm: [v.record() for v in judged if v.arm == arm] for arm in ARMS}
+    summaries = {arm: rules.summarize_repeated_runs(records[arm]) for arm in ARMS}
+    if invalid:
+        first = invalid[0]
+        issues = sorted({issue for v in invalid for issue in v.validity["issues"]})
+        try:
+            changed = _changed_variable(views)
+        except ValueError:
+            changed = (None, None, None)
+        return {
+            **summaries, "decision": "blocked_by_correctness", "reason": "run_invalid",
+            "issues": issues, "first_failure": first.validity["first_failure"],
+            "reproducible": first.validity["reproducible"],
+            "invalid_runs": [v.run_id for v in invalid], "failed_checks": ["run_valid"],
+            "_changed": changed,
+        }
+    changed = _changed_variable(views)
+    running = [v.run_id for v in views if v.state == "running"]
+    if running:
+        return {**summaries, "decision": "rerun", "reason": "attempts_in_progress",
+                "running_runs": running, "failed_checks": [], "_changed": changed}
+    result = rules.evaluate_regression(records["baseline"], records["candidate"], **thresholds)
+    result.setdefault("failed_checks", [])
+    result["messages"] = rules.explain_checks(result, thresholds["quality_tolerance"])
+    result["_changed"] = changed
+    return result
+
+
+def _summary_metrics(result: dict) -> dict[str, float]:
+    metrics = {}
+    for arm in ARMS:
+        for key in ("median_ms", "p95_ms", "failure_rate", "quality", "valid_runs", "failed_runs", "attempted_runs"):
+            value = result[arm].get(key)
+            if value is not None:
+                metrics[f"{arm}_{key}"] = float(value)
+    for key in ("baseline_noise", "required_improvement", "observed_improvement"):
+        if result.get(key) is not None:
+            metrics[key] = float(result[key])
+    return metrics
+
+
+def _decision_target(views: list[AttemptView], mlflow_client, experiment_id: str, group: str) -> tuple[str, bool]:
+    """(run id to write the decision on, whether it is a new run needing attempts re-parented)."""
+    parents = {v.parent_run_id for v in views}
+    if len(parents) == 1 and None not in parents:
+        parent = _client.retrying(lambda: mlflow_client.get_run(parents.pop()))
+        if parent.data.tags.get(TAG.COMPARISON) == "true":
+            if TAG.DECISION not in parent.data.tags:
+                return parent.info.run_id, False
+            # decided before: a new decision nests under the comparison, attempts stay put
+            run = _client.retrying(lambda: mlflow_client.create_run(
+                experiment_id, run_name="decision", tags={TAG.PARENT: parent.info.run_id}))
+            return run.info.run_id, False
+    run = _client.retrying(lambda: mlflow_client.create_run(
+        experiment_id, run_name=f"decision {group[:60]}"))
+    return run.info.run_id, True
+
+
+def evaluate_group(group: str, *, experiment_name: str | None = None,
+                   stale_after_s: float = DEFAULT_STALE_AFTER_S, **thresholds: Any) -> dict:
+    """Judge a group's attempts and log the decision run.
+
+    Finds the attempts with one paginated search, then applies in order: correctness first
+    (any attempt with ``run_valid`` false gives ``blocked_by_correctness``); the
+    single-variable rule on the logged params (ValueError otherwise); in-progress attempts
+    (``rerun``, ``attempts_in_progress``); and ``evaluate_regression``. Failed, crashed and
+    stale attempts stay in the failure-rate denominator.
+
+    The decision is written onto the attempts' comparison run when they have one (and it is
+    undecided), else onto a new run under which the attempts are nested.
+
+    Args:
+        group: the comparison id.
+        experiment_name: default ``MLFLOW_EXPERIMENT_NAME`` or MLflow's Default experiment.
+        stale_after_s: a RUNNING attempt older than this counts as failed (``stale``).
+        **thresholds: ``min_valid_runs``, ``min_improvement``, ``quality_tolerance``,
+            ``maximum_failure_rate``, ``maximum_p95_ratio`` (the specification's defaults).
+
+    Returns:
+        The rules' result (``baseline``, ``candidate`` summaries, the checks) with
+        ``decision``, ``reason``, ``failed_checks``, ``decision_run_id``, ``group``,
+        ``changed_variable``, ``baseline_value``, ``candidate_value``, ``run_ids``,
+        ``thresholds`` and ``experiment_id``.
+
+    Raises:
+        ValueError: bad thresholds, no attempts, an unknown experiment, or a broken
+            single-variable rule; no decision run is written then.
+    """
+    if not isinstance(group, str) or not group:
+        raise ValueError(f"group must be a non-empty string, got {group!r}")
+    if isinstance(stale_after_s, bool) or not isinstance(stale_after_s, (int, float)) or not stale_after_s > 0:
+        raise ValueError(f"stale_after_s must be a number > 0, got {stale_after_s!r}")
+    merged = _thresholds(thresholds)
+    mlflow_client = _client.client()
+    experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
+    views, duplicates = load_group(group, experiment_id, mlflow_client, stale_after_s=stale_after_s)
+    if not views:
+        raise ValueError(f"no attempts of group {group!r} in experiment {experiment_id}")
+    result = _judge(views, merged)
+    changed_variable, baseline_value, candidate_value = result.pop("_changed")
+    result.update(
+        group=group, experiment_id=experiment_id, thresholds=merged,
+        changed_variable=changed_variable, baseline_value=baseline_value,
+        candidate_value=candidate_value, run_ids=[v.run_id for v in views],
+        duplicate_run_ids=duplicates,
+        attempts=[{**v.record(), "arm": v.arm, "state": v.state, "attempt_id": v.attempt_id,
+                   "start_time": v.start_time} for v in views],
+    )
+    decision_run_id, reparent = _decision_target(views, mlflow_client, experiment_id, group)
+    result["decision_run_id"] = decision_run_id
+    _write_decision(mlflow_client, decision_run_id, result)
+    if reparent:
+        for view in views:
+            if view.parent_run_id != decision_run_id:
+                _client.retrying(lambda: mlflow_client.set_tag(view.run_id, TAG.PARENT, decision_run_id))
+    _report.write_step_summary(result)
+    return result
+
+
+def _param_text(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= MAX_PARAM_VALUE else text[: MAX_PARAM_VALUE - 15] + " ...[truncated]"
+
+
+def _write_decision(mlflow_client, run_id: str, result: dict) -> None:
+    params = {key: str(result["thresholds"][key]) for key in THRESHOLD_PARAMS}
+    params.update(
+        changed_variable=_param_text(result["changed_variable"]),
+        baseline_value=_param_text(result["baseline_value"]),
+        candidate_value=_param_text(result["candidate_value"]),
+    )
+    note = _report.decision_markdown(result)
+    tags = {
+        TAG.KIND: KIND_DECISION,
+        TAG.GROUP: result["group"],
+        TAG.GROUP_KEY: group_key(result["group"]),
+        TAG.DECISION: result["decision"],
+        TAG.REASON: result["reason"],
+        TAG.FAILED_CHECKS: ",".join(result["failed_checks"]),
+        TAG.CHANGED_VARIABLE: _param_text(result["changed_variable"]),
+        TAG.NOTE: _report.fit_note(note),
+    }
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, v, now, 0) for k, v in _summary_metrics(result).items()]
+    _client.log_batch(mlflow_client, run_id, params=params, metrics=metrics, tags=tags)
+    _report.log_artifacts(mlflow_client, run_id, result, note)
+    _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED)))

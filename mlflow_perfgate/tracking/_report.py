@@ -1,0 +1,150 @@
+"""What a person reads: the markdown note and report, the latency plot, the attempts table."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from ._schema import ARMS, MAX_TAG_VALUE
+
+__all__ = ["decision_markdown", "fit_note", "log_artifacts", "write_step_summary", "latency_plot"]
+
+ARTIFACT_DIR = "perfgate"
+HEADLINES = {
+    "accept": "ACCEPT: the candidate is faster, no worse in quality, and no less reliable",
+    "reject": "REJECT: the candidate fails at least one declared check",
+    "rerun": "RERUN: the evidence is not enough to decide",
+    "blocked_by_correctness": "BLOCKED BY CORRECTNESS: fix the invalid runs before any performance reading",
+}
+REASONS = {
+    "insufficient_valid_runs": "an arm has fewer successful attempts than min_valid_runs",
+    "unreliable_baseline": "the baseline's own failure rate exceeds maximum_failure_rate",
+    "attempts_in_progress": "some attempts are still running; evaluate again when they end",
+    "declared_thresholds_checked": "every declared threshold was checked",
+    "run_invalid": "an attempt failed its correctness probe",
+}
+
+
+def _fmt(value, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.4g}{unit}"
+    return f"{value}{unit}"
+
+
+def decision_markdown(result: dict) -> str:
+    """The decision as markdown: headline, reasons, per-check messages and the figures."""
+    decision = result["decision"]
+    lines = [f"## {HEADLINES.get(decision, decision.upper())}", ""]
+    lines.append(f"- group: `{result['group']}`")
+    if result.get("changed_variable"):
+        lines.append(
+            f"- changed variable: `{result['changed_variable']}`: "
+            f"`{result['baseline_value']}` (baseline) -> `{result['candidate_value']}` (candidate)"
+        )
+    lines.append(f"- reason: `{result['reason']}`: {REASONS.get(result['reason'], result['reason'])}")
+    if result.get("failed_checks"):
+        lines.append(f"- failed checks: {', '.join(f'`{c}`' for c in result['failed_checks'])}")
+    if decision == "blocked_by_correctness":
+        lines.append(f"- issues: {', '.join(result.get('issues', [])) or 'n/a'}")
+        lines.append(f"- first failure: `{result.get('first_failure')}`; reproducible: {result.get('reproducible')}")
+        lines.append(f"- invalid runs: {', '.join(result.get('invalid_runs', []))}")
+    if result.get("running_runs"):
+        lines.append(f"- still running: {', '.join(result['running_runs'])}")
+    for warning in result.get("warnings", []):
+        lines.append(f"- warning: {warning}")
+    messages = result.get("messages") or {}
+    if messages:
+        lines += ["", "### Checks", ""] + [f"- `{name}` {text}" for name, text in messages.items()]
+    lines += ["", "### Figures", "", "| | baseline | candidate |", "|---|---|---|"]
+    rows = [
+        ("attempts", "attempted_runs", ""), ("successful", "valid_runs", ""),
+        ("failed", "failed_runs", ""), ("failure rate", "failure_rate", ""),
+        ("median", "median_ms", " ms"), ("P95 (nearest rank)", "p95_ms", " ms"), ("quality", "quality", ""),
+    ]
+    b, c = result.get("baseline", {}), result.get("candidate", {})
+    for label, key, unit in rows:
+        lines.append(f"| {label} | {_fmt(b.get(key), unit)} | {_fmt(c.get(key), unit)} |")
+    if b.get("failure_reasons") or c.get("failure_reasons"):
+        lines += ["", "### Failed attempts", ""]
+        for arm, summary in (("baseline", b), ("candidate", c)):
+            for reason in summary.get("failure_reasons", []):
+                lines.append(f"- {arm}: {reason}")
+    thresholds = result.get("thresholds") or {}
+    if thresholds:
+        lines += ["", "### Thresholds", ""] + [f"- `{k}` = {v}" for k, v in thresholds.items()]
+    if "baseline_noise" in result:
+        lines += ["", "The noise figure, (P95 - median) / median of the baseline, is a teaching proxy, "
+                  "not a confidence interval."]
+    return "\n".join(lines) + "\n"
+
+
+def fit_note(note: str) -> str:
+    """The note, shortened to a tag's limit (the full text is in report.md)."""
+    if len(note) <= MAX_TAG_VALUE:
+        return note
+    tail = "\n\n... (see the report.md artifact for the full text)\n"
+    return note[: MAX_TAG_VALUE - len(tail)] + tail
+
+
+def latency_plot(result: dict, path: Path) -> Path:
+    """Both arms' attempts as points (failed ones as crosses on the axis), median and P95 marked."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    attempts = result.get("attempts", [])
+    for x, arm in enumerate(ARMS):
+        ok = [a["latency_ms"] for a in attempts if a["arm"] == arm and a["ok"]]
+        failed = [a for a in attempts if a["arm"] == arm and not a["ok"]]
+        jitter = [x + 0.15 * ((i % 7) - 3) / 3 for i in range(len(ok))]
+        ax.scatter(jitter, ok, s=24, alpha=0.8, label=f"{arm} ok ({len(ok)})")
+        summary = result.get(arm, {})
+        if summary.get("median_ms") is not None:
+            ax.hlines(summary["median_ms"], x - 0.3, x + 0.3, colors="black", linewidth=2)
+            ax.hlines(summary["p95_ms"], x - 0.3, x + 0.3, colors="gray", linestyles="dashed")
+            ax.annotate(f"median {summary['median_ms']:.3g}", (x + 0.32, summary["median_ms"]), fontsize=8)
+            ax.annotate(f"P95 {summary['p95_ms']:.3g}", (x + 0.32, summary["p95_ms"]), fontsize=8)
+        if failed:
+            ymin = min(ok) if ok else 0
+            ax.scatter([x] * len(failed), [ymin] * len(failed), marker="x", color="red", s=60,
+                       label=f"{arm} failed ({len(failed)})")
+    ax.set_xticks(range(len(ARMS)), [f"{arm}\n{result.get(f'{arm}_value') or ''}" for arm in ARMS])
+    ax.set_xlim(-0.6, len(ARMS) - 0.1)
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(f"{result['group'][:60]}: {result['decision']}")
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def attempts_table(result: dict) -> dict:
+    """The attempts as columns, for ``MlflowClient.log_table``."""
+    columns = ["run_id", "arm", "state", "ok", "latency_ms", "quality", "failure", "attempt_id"]
+    return {c: [a.get(c) for a in result.get("attempts", [])] for c in columns}
+
+
+def log_artifacts(mlflow_client, run_id: str, result: dict, note: str) -> None:
+    """decision.json, report.md, latency.png and the attempts table, on the decision run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "decision.json").write_text(json.dumps(result, indent=2, default=str, allow_nan=False))
+        (folder / "report.md").write_text(note)
+        latency_plot(result, folder / "latency.png")
+        mlflow_client.log_artifacts(run_id, str(folder), ARTIFACT_DIR)
+    mlflow_client.log_table(run_id, data=attempts_table(result), artifact_file=f"{ARTIFACT_DIR}/attempts.json")
+
+
+def write_step_summary(result: dict) -> None:
+    """Append the report to ``$GITHUB_STEP_SUMMARY`` when a CI job set it."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(decision_markdown(result) + "\n")
