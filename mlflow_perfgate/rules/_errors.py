@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
-__all__ = ["RuleTypeError", "check_finite", "compare"]
+__all__ = ["RuleTypeError", "check_finite", "compare", "typed_inputs"]
 
 
 class RuleTypeError(ValueError, TypeError):
@@ -31,3 +32,23 @@ def compare(op, left: Any, right: Any, field: str) -> bool:
         return bool(op(left, right))
     except TypeError:
         raise RuleTypeError(f"{field} must be a real number, got {type(left).__name__} {left!r}") from None
+
+
+def typed_inputs(func):
+    """Report a wrong-typed input (a ``TypeError`` inside a rule) as :class:`RuleTypeError`.
+
+    Every ``TypeError`` a rule can meet comes from its inputs (``None`` for a list, a string
+    for a number, ...): the specification's code lets it escape as ``TypeError``; here it is
+    also a ``ValueError`` and says which rule refused the input.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except RuleTypeError:
+            raise
+        except TypeError as exc:
+            raise RuleTypeError(f"{func.__name__}: an input has the wrong type: {exc}") from exc
+
+    return wrapper

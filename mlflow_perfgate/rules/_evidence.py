@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from ._errors import RuleTypeError, check_finite, compare
+from ._errors import RuleTypeError, typed_inputs, check_finite, compare
 
 __all__ = ["validate_validity_report", "top_hotspots", "synthesize_evidence"]
 
@@ -25,6 +25,7 @@ def _keys(record: Any, what: str) -> set:
         raise RuleTypeError(f"{what} must be a dict, got {type(record).__name__}") from None
 
 
+@typed_inputs
 def validate_validity_report(report: dict) -> dict:
     """Check that a correctness record is self-consistent and say whether performance work may go on.
 
@@ -77,6 +78,7 @@ def validate_validity_report(report: dict) -> dict:
     return {**report, "performance_action": "continue" if expected_valid else "stop_and_fix"}
 
 
+@typed_inputs
 def top_hotspots(events: list, topk: int = 2) -> list:
     """Rank non-overlapping stage events by total time and add each one's share of the total.
 
@@ -126,6 +128,7 @@ def top_hotspots(events: list, topk: int = 2) -> list:
     ]
 
 
+@typed_inputs
 def synthesize_evidence(
     bundle: dict,
     capacity_alert_ratio: float = DEFAULT_CAPACITY_ALERT_RATIO,
@@ -168,7 +171,7 @@ def synthesize_evidence(
     if not {"time", "memory"} <= _keys(bundle, "the evidence bundle"):
         raise KeyError("a valid run also needs 'time' and 'memory' records in the bundle")
     time_signal, memory_signal = bundle["time"], bundle["memory"]
-    if not isinstance(time_signal, dict) or not isinstance(memory_signal, dict):
+    if not hasattr(time_signal, "get") or not hasattr(memory_signal, "get"):
         raise RuleTypeError("the 'time' and 'memory' records must be dicts")
     if time_signal.get("evidence_type") != "time" or memory_signal.get("evidence_type") != "memory":
         raise ValueError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import RuleTypeError
+from ._errors import RuleTypeError, typed_inputs
 
 __all__ = ["design_single_variable_experiment", "changed_keys", "FIXED_CONDITIONS", "IMMUTABLE_CONDITIONS"]
 
@@ -30,6 +30,7 @@ def _plan(evidence: dict, baseline: dict, *, action: str, metrics: list, candida
     }
 
 
+@typed_inputs
 def design_single_variable_experiment(
     evidence: dict, baseline: dict, candidate_change: dict | None = None
 ) -> dict:
@@ -95,6 +96,7 @@ def design_single_variable_experiment(
     )
 
 
+@typed_inputs
 def changed_keys(plan: dict) -> list:
     """The configuration keys whose values differ between a plan's baseline and candidate.
 

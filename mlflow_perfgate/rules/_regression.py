@@ -6,7 +6,7 @@ import math
 import statistics
 from typing import Any, Iterable
 
-from ._errors import RuleTypeError, check_finite
+from ._errors import RuleTypeError, typed_inputs, check_finite
 
 __all__ = ["percentile", "summarize_repeated_runs", "evaluate_regression", "DEFAULT_THRESHOLDS"]
 
@@ -25,6 +25,7 @@ def _positive_finite(values: Iterable, field: str) -> bool:
     return all(check_finite(value, field) and value > 0 for value in values)
 
 
+@typed_inputs
 def percentile(values, fraction: float):
     """Nearest-rank percentile: the smallest sample with at least ``fraction`` of samples at or below it.
 
@@ -63,6 +64,7 @@ def _ok_flag(run: Any):
         raise RuleTypeError(f"each run must be a dict, got {type(run).__name__}") from None
 
 
+@typed_inputs
 def summarize_repeated_runs(runs: list) -> dict:
     """Summarise one arm's attempts; every attempt, failed or not, stays in the denominator.
 
@@ -130,6 +132,7 @@ def check_thresholds(min_valid_runs, min_improvement, quality_tolerance,
         )
 
 
+@typed_inputs
 def evaluate_regression(
     baseline_runs: list,
     candidate_runs: list,

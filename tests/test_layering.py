@@ -1,0 +1,49 @@
+"""The rules layer stays pure: importing it pulls in neither mlflow nor torch, and its public names are fixed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow_perfgate.rules as rules
+
+REPO = Path(__file__).resolve().parents[1]
+
+SPEC_FUNCTIONS = {
+    "validate_validity_report",
+    "top_hotspots",
+    "synthesize_evidence",
+    "design_single_variable_experiment",
+    "changed_keys",
+    "percentile",
+    "summarize_repeated_runs",
+    "evaluate_regression",
+}
+EXTRA_PUBLIC_NAMES = {"DEFAULT_THRESHOLDS", "RuleTypeError", "explain_checks"}
+
+
+def test_importing_rules_loads_neither_mlflow_nor_torch():
+    code = (
+        "import json, sys\n"
+        "import mlflow_perfgate.rules\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('mlflow', 'torch'))\n"
+        "print(json.dumps(heavy))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    completed = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                               timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == []
+
+
+def test_rules_all_is_sorted_and_exact():
+    assert rules.__all__ == sorted(rules.__all__)
+    assert len(rules.__all__) == len(set(rules.__all__))
+    assert set(rules.__all__) == SPEC_FUNCTIONS | EXTRA_PUBLIC_NAMES
+    for name in rules.__all__:
+        assert hasattr(rules, name), name
+    for name in SPEC_FUNCTIONS:
+        assert callable(getattr(rules, name)), name
