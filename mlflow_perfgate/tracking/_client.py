@@ -20,10 +20,19 @@ T = TypeVar("T")
 PAGE_SIZE = 1000
 DEFAULT_EXPERIMENT_ID = "0"
 _LOCK_RETRIES = 8
+# (tracking URI, experiment name) -> id, for the life of the process: a series of attempts
+# resolves its experiment once, not once per attempt.
+_KNOWN_EXPERIMENTS: dict[tuple[str, str], str] = {}
 
 
 def client() -> MlflowClient:
-    """A client for the current tracking URI (``MLFLOW_TRACKING_URI`` or MLflow's default)."""
+    """A client for the current tracking URI (``MLFLOW_TRACKING_URI`` or MLflow's default).
+
+    MLflow prints a "View run" link on every terminated run against a server, which costs an
+    extra ``get_run`` request per attempt and pollutes the stdout of ``record``: turned off
+    unless the user set the variable.
+    """
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     return MlflowClient()
 
 
@@ -63,6 +72,15 @@ def resolve_experiment(mlflow_client: MlflowClient, experiment_name: str | None,
             return experiment.experiment_id
     if not isinstance(experiment_name, str) or not experiment_name.strip():
         raise ValueError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
+    cache_key = (mlflow_client.tracking_uri, experiment_name)
+    if cache_key in _KNOWN_EXPERIMENTS:
+        return _KNOWN_EXPERIMENTS[cache_key]
+    experiment_id = _lookup_or_create(mlflow_client, experiment_name, create)
+    _KNOWN_EXPERIMENTS[cache_key] = experiment_id
+    return experiment_id
+
+
+def _lookup_or_create(mlflow_client: MlflowClient, experiment_name: str, create: bool) -> str:
     experiment = retrying(lambda: mlflow_client.get_experiment_by_name(experiment_name))
     if experiment is None:
         if not create:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -52,16 +53,19 @@ def _quoted_filter(clauses: list[tuple[str, str]]) -> str | None:
     return text if got == expected else None
 
 
-def group_filter(group: str, kind: str) -> str:
-    """A filter string selecting exactly one group's runs of one kind.
+@functools.lru_cache(maxsize=256)
+def group_filter(group: str) -> str:
+    """A filter string selecting exactly one group's runs (attempts and decisions).
 
     The group name is quoted only when MLflow's own filter parser reads it back unchanged;
     otherwise (both quote characters in the name, say) the filter uses the name's sha256 key
-    tag, which every run we write carries. Callers still compare the full name exactly.
+    tag, which every run we write carries. Callers still compare the full name exactly, and
+    pick the kind of run they want from the results: one clause keeps the query as cheap as
+    a plain search of the group.
     """
-    text = _quoted_filter([(TAG.GROUP, group), (TAG.KIND, kind)])
+    text = _quoted_filter([(TAG.GROUP, group)])
     if text is None:
-        text = _quoted_filter([(TAG.GROUP_KEY, group_key(group)), (TAG.KIND, kind)])
+        text = _quoted_filter([(TAG.GROUP_KEY, group_key(group))])
     assert text is not None  # hex keys always quote
     return text
 
@@ -165,11 +169,11 @@ def load_group(group: str, experiment_id: str, mlflow_client, *, stale_after_s: 
     Returns:
         The attempts, oldest first, and the run ids dropped as duplicates of a retried write.
     """
-    runs = _client.search_all(mlflow_client, [experiment_id], group_filter(group, kind),
-                              order_by=["attributes.start_time ASC"])
+    runs = _client.search_all(mlflow_client, [experiment_id], group_filter(group))
     now_ms = int(time.time() * 1000)
     # The filter may match more than the exact name on a case-insensitive database: compare here.
-    views = [_view(run, now_ms, stale_after_s) for run in runs if run.data.tags.get(TAG.GROUP) == group]
+    views = [_view(run, now_ms, stale_after_s) for run in runs
+             if run.data.tags.get(TAG.GROUP) == group and run.data.tags.get(TAG.KIND) == kind]
     by_attempt: dict[str, list[AttemptView]] = {}
     for view in views:
         by_attempt.setdefault(view.attempt_id, []).append(view)

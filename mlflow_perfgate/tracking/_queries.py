@@ -40,13 +40,15 @@ def decisions(experiment_name: str | None = None, group: str | None = None) -> p
     else:
         if not isinstance(group, str) or not group:
             raise ValueError(f"group must be a non-empty string, got {group!r}")
-        filter_string = group_filter(group, KIND_DECISION)
+        filter_string = group_filter(group)
     runs = _client.search_all(mlflow_client, [experiment_id], filter_string,
                               order_by=["attributes.start_time DESC"])
     rows = []
     for run in runs:
         tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
-        if TAG.DECISION not in tags or (group is not None and tags.get(TAG.GROUP) != group):
+        if tags.get(TAG.KIND) != KIND_DECISION or TAG.DECISION not in tags:
+            continue
+        if group is not None and tags.get(TAG.GROUP) != group:
             continue
         rows.append({
             "group": tags.get(TAG.GROUP),

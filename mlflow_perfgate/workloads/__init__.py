@@ -1,0 +1,36 @@
+"""The PyTorch layer: runs attempts and collects evidence records; it computes no verdicts.
+
+It imports neither mlflow nor ``mlflow_perfgate.tracking``. Ranking and judging live in
+``mlflow_perfgate.rules``; this layer uses them only to check the records it produces.
+"""
+
+from ._attempt import DEFAULT_TIMEOUT_S, AttemptResult, interleave, run_attempt
+from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
+from ._interface import (
+    BUILTIN_WORKLOADS,
+    STAGES,
+    Workload,
+    WorkloadProtocol,
+    make_workload,
+    resolve_workload,
+)
+from ._probe import probe_correctness
+from ._timing import pinned_threads
+
+__all__ = sorted([
+    "AttemptResult",
+    "BUILTIN_WORKLOADS",
+    "DEFAULT_TIMEOUT_S",
+    "STAGES",
+    "Workload",
+    "WorkloadProtocol",
+    "collect_memory_evidence",
+    "collect_time_evidence",
+    "interleave",
+    "make_workload",
+    "pinned_threads",
+    "probe_correctness",
+    "profile_operators",
+    "resolve_workload",
+    "run_attempt",
+])

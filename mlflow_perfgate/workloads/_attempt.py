@@ -1,0 +1,498 @@
+"""Running one attempt: warm-up, timed steps, quality, memory and the correctness probe.
+
+Supervised attempts (the default) run in a child process, ``python -m
+mlflow_perfgate.workloads._child SPEC RESULT``: the parent writes the attempt's spec as JSON,
+the child writes its :class:`AttemptResult` as JSON (atomically, by rename) and exits. The parent
+waits with a timeout and turns every way the child can end into a result: the child's own
+result, ``timeout after Ns`` (the child's process group is killed), ``killed by signal SIGKILL``
+or ``SIGSEGV`` (a negative exit code), or a non-zero exit without a result. Nothing the workload
+does raises in the parent.
+
+In-process attempts (``supervised=False``) skip the ~1-2 s start of a child. They share the
+caller's process: a segfault or a ``SIGKILL`` ends the caller, a step that hangs is never
+interrupted (the timeout is checked between steps only), and leaked state (threads, memory,
+CUDA context) carries over to the next attempt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..rules import validate_validity_report
+from ._conditions import parse_int
+from ._evidence import collect_memory_evidence
+from ._interface import device_of, make_workload, missing_stages, resolve_workload
+from ._probe import probe_correctness
+from ._timing import TimedSteps, pinned_threads, time_steps
+
+__all__ = ["AttemptResult", "DEFAULT_TIMEOUT_S", "interleave", "run_attempt"]
+
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_WARMUP = 2
+DEFAULT_STEPS = 10
+#: Characters of a traceback or child log kept in ``failure_detail``.
+_DETAIL_CHARS = 4000
+_MEM_STATUSES = (None, "measured", "estimated")
+_OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
+_CHILD_MODULE = "mlflow_perfgate.workloads._child"
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """The outcome of one attempt, successful or not. Validated on construction.
+
+    Attributes:
+        ok: the attempt ran its steps and produced a latency and a finite quality. Whether
+            those results can be trusted is ``validity``'s to say: an attempt can be ok and
+            invalid (a broken gradient chain still runs).
+        failure: why not, when ``ok`` is false: ``exception: <Type>: <message>``,
+            ``invalid_conditions: <message>`` (the factory rejected a condition),
+            ``non_finite_loss``, ``non_finite_quality``, ``timeout after <s>s``,
+            ``out_of_memory: <Type>: <message>``, ``killed by signal <NAME>`` or
+            ``exited with code <n>``. ``None`` when ok.
+        failure_detail: context for the failure (the step, a traceback, the child's log tail).
+        latency_ms: median of ``step_times_ms``.
+        step_times_ms: wall time of each measured step (``time.perf_counter``, CUDA synchronised
+            inside the clock); the steps completed so far when the attempt failed.
+        quality: the workload's quality after the measured steps.
+        validity: the correctness record of :func:`probe_correctness`, or ``None`` when not probed.
+        torch_threads: torch's intra-op thread count during the attempt.
+        peak_mem_mib: the memory record's ``reserved_mib``.
+        mem_status: ``'measured'`` (CUDA), ``'estimated'`` (CPU), or ``None`` when not collected.
+        throughput_tok_s: ``tokens_per_step`` per median step, when the workload gives tokens.
+        wall_s: the whole attempt's wall time as the caller saw it (child start included).
+        workload: the workload name.
+        conditions: the conditions as given.
+        warmup: warm-up steps asked for.
+        steps: measured steps asked for.
+        supervised: whether the attempt ran in a child process.
+        tokens_per_step: the workload's tokens per step, if any.
+        final_loss: the last measured step's loss, if the step returned one.
+        memory: the full memory record, or ``None``.
+        exitcode: the child's exit code (supervised only; negative for a signal).
+    """
+
+    ok: bool
+    failure: str | None = None
+    failure_detail: str | None = None
+    latency_ms: float | None = None
+    step_times_ms: tuple[float, ...] = ()
+    quality: float | None = None
+    validity: dict | None = None
+    torch_threads: int | None = None
+    peak_mem_mib: float | None = None
+    mem_status: str | None = None
+    throughput_tok_s: float | None = None
+    wall_s: float | None = None
+    workload: str = ""
+    conditions: dict = field(default_factory=dict)
+    warmup: int = 0
+    steps: int = 0
+    supervised: bool = False
+    tokens_per_step: int | None = None
+    final_loss: float | None = None
+    memory: dict | None = None
+    exitcode: int | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.ok) is not bool:
+            raise ValueError(f"ok must be a bool, got {self.ok!r}")
+        object.__setattr__(self, "step_times_ms", tuple(float(t) for t in self.step_times_ms))
+        if self.ok:
+            if self.failure is not None:
+                raise ValueError(f"an ok attempt cannot have a failure, got {self.failure!r}")
+            for name in ("latency_ms", "quality"):
+                value = getattr(self, name)
+                if not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise ValueError(f"an ok attempt needs a finite {name}, got {value!r}")
+            if self.latency_ms <= 0:
+                raise ValueError(f"latency_ms must be > 0, got {self.latency_ms!r}")
+        elif not isinstance(self.failure, str) or not self.failure.strip():
+            raise ValueError(f"a failed attempt needs a failure reason, got {self.failure!r}")
+        if self.mem_status not in _MEM_STATUSES:
+            raise ValueError(f"mem_status must be one of {list(_MEM_STATUSES)}, got {self.mem_status!r}")
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every field (``step_times_ms`` as a list)."""
+        result = dataclasses.asdict(self)
+        result["step_times_ms"] = list(self.step_times_ms)
+        return result
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AttemptResult":
+        """Rebuild a result from :meth:`to_dict` output.
+
+        Raises:
+            ValueError: unknown fields, or the fields contradict each other.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown AttemptResult fields: {unknown}")
+        return cls(**data)
+
+
+def interleave(n: int, arms: tuple[str, str] = ("baseline", "candidate")) -> list[str]:
+    """The ABBA order of ``n`` attempts per arm: A B B A A B B A ...
+
+    Alternating which arm goes first cancels a linear drift (warming machine, filling cache)
+    between the arms, which a plain A B A B order would charge to one of them.
+
+    Args:
+        n: attempts per arm (>= 0).
+        arms: the two arm names, first arm first.
+
+    Returns:
+        ``2 * n`` arm names, exactly ``n`` of each.
+
+    Raises:
+        ValueError: ``n`` is not an integer >= 0, or ``arms`` is not two distinct names.
+    """
+    if type(n) is not int or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+    if len(arms) != 2 or arms[0] == arms[1]:
+        raise ValueError(f"arms must be two distinct names, got {arms!r}")
+    first, second = arms
+    order: list[str] = []
+    for pair in range(n):
+        order.extend((first, second) if pair % 2 == 0 else (second, first))
+    return order
+
+
+def _describe_exception(error: BaseException) -> str:
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    label = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), MemoryError) if t)
+    if isinstance(error, oom_types) or (
+        isinstance(error, RuntimeError) and any(m in message.lower() for m in _OOM_MARKERS)
+    ):
+        return f"out_of_memory: {label}"
+    return f"exception: {label}"
+
+
+def _tail(text: str) -> str:
+    return text if len(text) <= _DETAIL_CHARS else "..." + text[-_DETAIL_CHARS:]
+
+
+def _timeout_reason(timeout_s: float) -> str:
+    return f"timeout after {float(timeout_s)}s"
+
+
+def _can_inspect(workload: Any) -> bool:
+    """Whether the probe and the memory estimate apply (a model and the stage methods)."""
+    return isinstance(getattr(workload, "model", None), torch.nn.Module) and not missing_stages(workload)
+
+
+def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, steps: int,
+                       threads: int | None, probe: bool, timeout_s: float | None) -> AttemptResult:
+    """Run the attempt here and now; every failure of the workload becomes the result.
+
+    The body of both modes: the child process of a supervised attempt calls it too.
+    """
+    started = time.perf_counter()
+    deadline = None if timeout_s is None else started + timeout_s
+    fields: dict[str, Any] = {}
+    failure = detail = None
+    validity = None
+    workload = None
+    with pinned_threads(threads) as torch_threads:
+        try:
+            try:
+                workload = make_workload(workload_name, conditions)
+            except ValueError as error:
+                raise _InvalidConditions(error) from error
+            device = device_of(workload)
+            tokens = getattr(workload, "tokens_per_step", None)
+            fields["tokens_per_step"] = int(tokens) if tokens else None
+            warm = time_steps(workload.step, warmup, device=device, phase="warmup", deadline=deadline)
+            measured = TimedSteps()
+            if warm.failure is None:
+                time_steps(workload.step, steps, device=device, deadline=deadline, into=measured)
+            stopped = warm if warm.failure else measured
+            fields["step_times_ms"] = measured.times_ms
+            finite_losses = [loss for loss in measured.losses if loss is not None]
+            fields["final_loss"] = finite_losses[-1] if finite_losses else None
+            if stopped.failure == "timeout" and len(measured.times_ms) < steps:
+                failure, detail = _timeout_reason(timeout_s), stopped.failure_detail
+            elif stopped.failure == "non_finite_loss":
+                failure, detail = "non_finite_loss", stopped.failure_detail
+            if failure is None:
+                fields["latency_ms"] = statistics.median(measured.times_ms)
+                quality = float(workload.quality())
+                if not math.isfinite(quality):
+                    failure, detail = "non_finite_quality", f"quality() returned {quality!r}"
+                else:
+                    fields["quality"] = quality
+                if tokens:
+                    fields["throughput_tok_s"] = tokens * 1e3 / fields["latency_ms"]
+                if _can_inspect(workload):
+                    memory = collect_memory_evidence(workload)
+                    fields["memory"] = memory
+                    fields["peak_mem_mib"] = memory.get("unclamped_reserved_mib", memory["reserved_mib"])
+                    fields["mem_status"] = memory["status"]
+            if probe and failure is None and _can_inspect(workload):
+                validity = probe_correctness(workload)
+            elif probe and failure == "non_finite_loss" and _can_inspect(workload):
+                good_steps = len(warm.times_ms) + len(measured.times_ms)
+                validity, note = _localise_non_finite(workload_name, conditions, good_steps, detail)
+                detail = f"{detail}; {note}" if note else detail
+        except _InvalidConditions as error:
+            failure = f"invalid_conditions: {error.__cause__}"
+            detail = _tail(traceback.format_exc())
+        except Exception as error:  # noqa: BLE001 - every workload failure is data, not a crash
+            failure, detail = _describe_exception(error), _tail(traceback.format_exc())
+        finally:
+            if workload is not None and callable(getattr(workload, "close", None)):
+                try:
+                    workload.close()
+                except Exception as error:  # noqa: BLE001
+                    if failure is None:
+                        failure, detail = _describe_exception(error), _tail(traceback.format_exc())
+    if failure is not None:
+        # A failed attempt reports no headline figures: they would read as a valid sample.
+        for name in ("latency_ms", "quality", "throughput_tok_s"):
+            fields.pop(name, None)
+    return AttemptResult(
+        ok=failure is None,
+        failure=failure,
+        failure_detail=detail,
+        validity=validity,
+        torch_threads=torch_threads,
+        wall_s=time.perf_counter() - started,
+        workload=workload_name,
+        conditions=dict(conditions),
+        warmup=warmup,
+        steps=steps,
+        supervised=False,
+        **fields,
+    )
+
+
+def _localise_non_finite(workload_name: str, conditions: dict, good_steps: int,
+                         observed: str) -> tuple[dict | None, str | None]:
+    """Replay an attempt up to its first non-finite step, from the same seed, and probe that step.
+
+    The failed workload cannot be probed as it is: the optimizer has already spread the NaN into
+    every parameter, so every module would look guilty. A fresh workload from the same factory,
+    conditions and seed, stepped ``good_steps`` times, is where the failing step began, and its
+    next batch is that step's batch.
+
+    Returns:
+        The correctness record and a note on the replay (``None`` when it went as expected).
+        When the replay shows no problem, the record still says what was observed (a
+        non-finite loss, ``first_failure='loss'``) and that it did not reproduce.
+    """
+    replayed = None
+    try:
+        replayed = make_workload(workload_name, conditions)
+        for _ in range(good_steps):
+            replayed.step()
+        record = probe_correctness(replayed, batch=replayed.next_batch())
+    except Exception as error:  # noqa: BLE001 - the attempt has failed already; say why this did too
+        return None, f"replaying for the probe failed: {_describe_exception(error)}"
+    finally:
+        if replayed is not None and callable(getattr(replayed, "close", None)):
+            replayed.close()
+    record["details"]["replay_of"] = f"step {good_steps} from the start, after {good_steps} good steps"
+    if record["run_valid"]:
+        record = {
+            **record,
+            "status": "invalid",
+            "run_valid": False,
+            "issues": ["numerical"],
+            "first_failure": "loss",
+            "reproducible": False,
+            "details": {**record["details"], "observed": observed},
+        }
+        validate_validity_report(record)
+        return record, "the replay from the same seed did not reproduce the non-finite loss"
+    return record, None
+
+
+class _InvalidConditions(Exception):
+    """Marks a ValueError raised while building the workload: a condition, not a step, failed."""
+
+
+def _resolve_count(name: str, given: int | None, conditions: dict, default: int, minimum: int) -> int:
+    from_conditions = conditions.get(name)
+    if from_conditions is not None:
+        from_conditions = parse_int(name, from_conditions, minimum=minimum)
+    if given is not None:
+        given = parse_int(name, given, minimum=minimum)
+        if from_conditions is not None and from_conditions != given:
+            raise ValueError(
+                f"{name}={given!r} disagrees with conditions[{name!r}]={conditions[name]!r}; "
+                "give it once or give the same value"
+            )
+        return given
+    return default if from_conditions is None else from_conditions
+
+
+def _child_env() -> dict:
+    """The parent's environment, with its ``sys.path`` in ``PYTHONPATH``.
+
+    The child must import what the parent can: a factory in a test directory, a package on a
+    path inserted at runtime.
+    """
+    env = dict(os.environ)
+    entries = [os.path.abspath(p) for p in sys.path if p]
+    existing = env.get("PYTHONPATH")
+    if existing:
+        entries.append(existing)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(entries))
+    env["PYTHONFAULTHANDLER"] = "1"
+    return env
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the child's process group (the child and, say, its DataLoader workers)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _run_supervised(spec: dict, timeout_s: float) -> AttemptResult:
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="perfgate-attempt-") as tmp:
+        spec_path, result_path, log_path = (Path(tmp) / n for n in ("spec.json", "result.json", "child.log"))
+        spec_path.write_text(json.dumps(spec))
+        command = [sys.executable, "-m", _CHILD_MODULE, str(spec_path), str(result_path)]
+        timed_out = False
+        with open(log_path, "wb") as log:
+            # A session of its own makes the child a process-group leader, so one killpg also
+            # ends the workers it forked.
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, env=_child_env(),
+                                       start_new_session=True)
+            try:
+                exitcode = process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(process)
+                exitcode = process.wait()
+            except BaseException:
+                _kill_group(process)
+                process.wait()
+                raise
+            finally:
+                # Workers orphaned by a crashed child would otherwise outlive the attempt.
+                _kill_group(process)
+        wall_s = time.perf_counter() - started
+        log_tail = _tail(log_path.read_text(errors="replace"))
+        payload = None
+        if result_path.exists() and not timed_out:
+            try:
+                payload = json.loads(result_path.read_text())
+            except ValueError as error:
+                log_tail = f"unreadable result ({error})\n{log_tail}"
+    base = {
+        "workload": spec["workload"],
+        "warmup": spec["warmup"],
+        "steps": spec["steps"],
+        "supervised": True,
+        "wall_s": wall_s,
+        "exitcode": exitcode,
+    }
+    if timed_out:
+        return AttemptResult(ok=False, failure=_timeout_reason(timeout_s), failure_detail=log_tail or None,
+                             torch_threads=spec["threads"], **base)
+    if exitcode != 0:
+        reason = (f"killed by signal {_signal_name(-exitcode)}" if exitcode < 0
+                  else f"exited with code {exitcode}")
+        written = "after" if payload is not None else "before"
+        return AttemptResult(ok=False, failure=reason,
+                             failure_detail=f"the child died {written} writing its result\n{log_tail}",
+                             torch_threads=spec["threads"], **base)
+    if payload is None:
+        return AttemptResult(ok=False, failure="exited with code 0",
+                             failure_detail=f"the child wrote no result\n{log_tail}",
+                             torch_threads=spec["threads"], **base)
+    payload.pop("conditions", None)
+    return AttemptResult.from_dict({**payload, **base})
+
+
+def run_attempt(
+    workload_name: str,
+    conditions: dict,
+    *,
+    warmup: int | None = None,
+    steps: int | None = None,
+    threads: int | None = None,
+    supervised: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    probe: bool = True,
+) -> AttemptResult:
+    """Run one attempt of a workload under fixed conditions and return what happened.
+
+    The attempt builds the workload, runs ``warmup`` untimed steps and ``steps`` timed ones,
+    reads ``quality()``, collects the memory record and runs the correctness probe once (on a
+    probe step outside the timed ones). Failures are results (``ok=False`` with a reason), never
+    exceptions; only bad arguments to this function raise.
+
+    Args:
+        workload_name: ``"tinylm"`` or a factory ``"module:function"`` taking the conditions.
+        conditions: the conditions passed to the factory; recorded as given. Must be
+            JSON-serialisable for a supervised attempt.
+        warmup: warm-up steps (default ``conditions['warmup']``, else 2).
+        steps: measured steps (default ``conditions['steps']``, else 10).
+        threads: torch intra-op threads during the attempt; ``None`` uses the caller's current
+            count (also in the child), so both modes measure with the same threads.
+        supervised: run in a child process that may crash, hang or be killed without harming the
+            caller. ``False`` runs in this process: faster, but a kill or segfault takes the
+            caller with it and a hung step is never interrupted.
+        timeout_s: wall-clock limit of the attempt, child start included. Supervised: the child
+            is killed. In-process: checked between steps only.
+        probe: run the correctness probe.
+
+    Returns:
+        The :class:`AttemptResult`.
+
+    Raises:
+        ValueError: an unknown workload, a bad ``warmup``/``steps``/``threads``/``timeout_s``,
+            ``warmup``/``steps`` that disagree with the same keys in ``conditions``, or (for a
+            supervised attempt) conditions that JSON cannot carry.
+    """
+    if not isinstance(conditions, dict):
+        raise ValueError(f"conditions must be a dict, got {type(conditions).__name__}")
+    resolve_workload(workload_name)
+    warmup = _resolve_count("warmup", warmup, conditions, DEFAULT_WARMUP, minimum=0)
+    steps = _resolve_count("steps", steps, conditions, DEFAULT_STEPS, minimum=1)
+    if threads is None:
+        threads = torch.get_num_threads()
+    elif type(threads) is not int or threads < 1:
+        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if not supervised:
+        return execute_in_process(workload_name, conditions, warmup=warmup, steps=steps,
+                                  threads=threads, probe=probe, timeout_s=timeout_s)
+    try:
+        json_conditions = json.loads(json.dumps(conditions))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"conditions must be JSON-serialisable for a supervised attempt: {error}") from error
+    spec = {"workload": workload_name, "conditions": json_conditions, "warmup": warmup,
+            "steps": steps, "threads": threads, "probe": probe}
+    return dataclasses.replace(_run_supervised(spec, float(timeout_s)), conditions=dict(conditions))

@@ -1,0 +1,202 @@
+"""The workload interface: what the attempt runner, the probe and the evidence collectors call.
+
+A workload is built by a *factory* named ``"module:function"`` that takes the conditions dict.
+The runner needs only ``step()`` and ``quality()``; the correctness probe, the stage timer and
+the memory estimate need the stage methods and ``model`` that :class:`Workload` documents.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import torch
+
+__all__ = [
+    "BUILTIN_WORKLOADS",
+    "STAGES",
+    "Workload",
+    "WorkloadProtocol",
+    "make_workload",
+    "resolve_workload",
+]
+
+#: Built-in short names for factories.
+BUILTIN_WORKLOADS: dict[str, str] = {"tinylm": "mlflow_perfgate.workloads.tinylm:make_workload"}
+
+#: The non-overlapping stages of a training step, in execution order, and the method behind each.
+STAGES: tuple[tuple[str, str], ...] = (
+    ("dataloader", "next_batch"),
+    ("forward", "forward"),
+    ("backward", "backward"),
+    ("optimizer", "optimizer_step"),
+)
+
+
+@runtime_checkable
+class WorkloadProtocol(Protocol):
+    """The least a workload must offer to be run as an attempt.
+
+    ``step()`` runs one training or inference step and may return the loss (a tensor or a
+    float; a non-finite value fails the attempt). ``quality()`` returns a finite float computed
+    the same way for every arm (for example held-out accuracy), after the attempt's steps.
+    """
+
+    def step(self) -> Any:
+        """Run one step; optionally return its loss."""
+
+    def quality(self) -> float:
+        """Return the quality metric of the current state."""
+
+
+class Workload:
+    """Base class for workloads with stages, a model and an optimizer.
+
+    Subclasses implement the four stages; :meth:`step` composes them, so that the timed step and
+    the stage-by-stage timing of :func:`collect_time_evidence` run the same code.
+
+    Attributes:
+        model: the ``nn.Module`` being trained; the probe hooks its submodules and the memory
+            estimate counts its parameters. ``None`` disables both.
+        optimizer: the optimizer whose state the memory estimate counts, or ``None``.
+        device: where the workload runs (``torch.device``); CUDA work is synchronised inside
+            the clock.
+        tokens_per_step: tokens consumed by one step, for throughput; ``None`` when unknown.
+        seed: the seed the workload was built from; the probe replays a failing step from it.
+    """
+
+    model: torch.nn.Module | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    device: torch.device = torch.device("cpu")
+    tokens_per_step: int | None = None
+    seed: int = 0
+
+    def next_batch(self) -> Any:
+        """Return the next training batch, already on :attr:`device` (stage ``dataloader``)."""
+        raise NotImplementedError
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        """Run the model on ``batch`` and return the scalar loss (stage ``forward``)."""
+        raise NotImplementedError
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate ``loss`` (stage ``backward``)."""
+        loss.backward()
+
+    def optimizer_step(self) -> None:
+        """Apply and then clear the gradients (stage ``optimizer``).
+
+        Clearing here, not at the start of the next step, keeps gradients ``None`` between steps,
+        which the gradient-chain check of the probe relies on.
+        """
+        if self.optimizer is None:
+            raise NotImplementedError("optimizer_step needs an optimizer")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self) -> torch.Tensor:
+        """Run one training step through the four stages and return its loss."""
+        batch = self.next_batch()
+        loss = self.forward(batch)
+        self.backward(loss)
+        self.optimizer_step()
+        return loss.detach()
+
+    def quality(self) -> float:
+        """Return the quality metric (higher is better) of the current model."""
+        raise NotImplementedError
+
+    def probe_batch(self) -> Any:
+        """Return a batch for the correctness probe and the memory estimate.
+
+        The default takes the next training batch; workloads whose data order matters should
+        return a fixed batch instead, so that probing leaves training untouched.
+        """
+        return self.next_batch()
+
+    def expected_output_shape(self, batch: Any) -> tuple[int, ...] | None:
+        """The model output's shape for ``batch`` under the output contract, or ``None`` if free."""
+        return None
+
+    def describe(self) -> dict:
+        """Return the workload dict shared by the time and memory records.
+
+        Keys: ``model``, ``input_shape`` (a list, so that it survives JSON unchanged),
+        ``batch_size``, ``dtype``, ``device`` and ``scope``.
+        """
+        return {
+            "model": type(self.model).__name__ if self.model is not None else type(self).__name__,
+            "input_shape": None,
+            "batch_size": None,
+            "dtype": None,
+            "device": torch.device(self.device).type,
+            "scope": "training_step",
+        }
+
+    def close(self) -> None:
+        """Release resources such as DataLoader worker processes. Safe to call twice."""
+
+
+def resolve_workload(name: str) -> Callable[[dict], Any]:
+    """Find the factory behind a workload name.
+
+    Args:
+        name: a built-in short name (``"tinylm"``) or ``"package.module:function"``.
+
+    Returns:
+        The factory, a callable taking the conditions dict.
+
+    Raises:
+        ValueError: the name is neither built in nor of the form ``module:function``, or the
+            module or function cannot be found.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"workload must be a non-empty string, got {name!r}")
+    target = BUILTIN_WORKLOADS.get(name.strip().lower(), name.strip())
+    module_name, sep, function_name = target.partition(":")
+    if not sep or not module_name or not function_name:
+        raise ValueError(
+            f"workload must be one of {sorted(BUILTIN_WORKLOADS)} or 'module:function', got {name!r}"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"workload {name!r}: cannot import module {module_name!r}: {error}") from error
+    factory = getattr(module, function_name, None)
+    if not callable(factory):
+        raise ValueError(f"workload {name!r}: module {module_name!r} has no callable {function_name!r}")
+    return factory
+
+
+def make_workload(name: str, conditions: dict | None = None) -> Any:
+    """Build a workload from its name and conditions.
+
+    Raises:
+        ValueError: unknown workload name, or the factory rejected a condition.
+        TypeError: the factory returned an object without callable ``step`` and ``quality``.
+    """
+    workload = resolve_workload(name)(dict(conditions or {}))
+    if not isinstance(workload, WorkloadProtocol):
+        raise TypeError(
+            f"workload {name!r} factory returned {type(workload).__name__}, which lacks callable "
+            "step() and quality()"
+        )
+    return workload
+
+
+def describe_workload(workload: Any) -> dict:
+    """The workload dict of the evidence records, for workloads without :meth:`Workload.describe`."""
+    describe = getattr(workload, "describe", None)
+    if callable(describe):
+        return dict(describe())
+    return Workload.describe(workload)
+
+
+def device_of(workload: Any) -> torch.device:
+    """The workload's device, CPU when it does not say."""
+    return torch.device(getattr(workload, "device", None) or "cpu")
+
+
+def missing_stages(workload: Any) -> list[str]:
+    """Names of the stage methods the workload lacks (empty when it has all four)."""
+    return [method for _, method in STAGES if not callable(getattr(workload, method, None))]

@@ -1,0 +1,122 @@
+"""The clock: thread pinning, device synchronisation and timed steps.
+
+Shared by the attempt runner and ``benchmarks/bench_harness.py``, so that the benchmark measures
+exactly the loop the attempts use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["pinned_threads", "synchronize", "to_float", "time_steps", "TimedSteps"]
+
+
+@contextlib.contextmanager
+def pinned_threads(threads: int | None) -> Iterator[int]:
+    """Pin torch's intra-op thread count for the block, then restore it.
+
+    Args:
+        threads: the count to pin; ``None`` keeps the current one.
+
+    Yields:
+        The thread count in force inside the block (to be recorded with the samples).
+    """
+    previous = torch.get_num_threads()
+    if threads is not None:
+        if type(threads) is not int or threads < 1:
+            raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(previous)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued CUDA work on ``device``; a no-op elsewhere or without CUDA.
+
+    Called inside the clock so that a step is charged for its kernels, not just their launch.
+    """
+    if device.type == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize(device)
+
+
+def to_float(value: Any) -> float | None:
+    """A loss returned by ``step()`` as a float, ``None`` when the step returned none."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().float().mean()) if value.numel() else None
+    return float(value)
+
+
+class TimedSteps:
+    """Samples of a timed loop.
+
+    Attributes:
+        times_ms: one wall time per completed step.
+        losses: the loss of each completed step (``None`` when ``step()`` returned none).
+        failure: ``"non_finite_loss"`` or ``"timeout"`` when the loop stopped early, else ``None``.
+        failure_detail: which step stopped the loop, and why.
+    """
+
+    def __init__(self) -> None:
+        self.times_ms: list[float] = []
+        self.losses: list[float | None] = []
+        self.failure: str | None = None
+        self.failure_detail: str | None = None
+
+
+def time_steps(
+    step,
+    count: int,
+    *,
+    device: torch.device = torch.device("cpu"),
+    phase: str = "measured",
+    deadline: float | None = None,
+    into: TimedSteps | None = None,
+) -> TimedSteps:
+    """Run ``step()`` ``count`` times, timing each call with ``time.perf_counter``.
+
+    The clock wraps the step and a device synchronisation, nothing else: the loss is read (and
+    checked for finiteness) after the clock stops, since reading it forces a synchronisation of
+    its own.
+
+    Args:
+        step: the callable to time.
+        count: how many steps.
+        device: the device to synchronise inside the clock.
+        phase: a label (``"warmup"`` or ``"measured"``) for failure messages.
+        deadline: a ``time.perf_counter()`` value after which the loop stops with a timeout.
+            Checked between steps only: a step that hangs is not interrupted (the supervised
+            runner kills the process instead).
+        into: samples to append to; a new :class:`TimedSteps` when ``None``.
+
+    Returns:
+        The samples, with ``failure`` set if a loss was non-finite or the deadline passed.
+    """
+    samples = into if into is not None else TimedSteps()
+    for index in range(count):
+        synchronize(device)
+        start = time.perf_counter()
+        result = step()
+        synchronize(device)
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        loss = to_float(result)
+        if loss is not None and not math.isfinite(loss):
+            samples.failure = "non_finite_loss"
+            samples.failure_detail = f"loss={loss!r} at {phase} step {index}"
+            return samples
+        samples.times_ms.append(elapsed_ms)
+        samples.losses.append(loss)
+        if deadline is not None and time.perf_counter() > deadline:
+            samples.failure = "timeout"
+            samples.failure_detail = f"deadline passed after {phase} step {index}"
+            return samples
+    return samples
