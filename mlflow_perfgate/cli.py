@@ -203,6 +203,34 @@ def report(group, experiment):
     click.echo(read_report(frame.iloc[0]["run_id"]), nl=False)
 
 
+@cli.command()
+@click.option("--experiment", default="perfgate-demo", show_default=True, help="Experiment for the logged example.")
+@click.option("--no-log", is_flag=True, help="Only run the rules; log nothing to MLflow.")
+@guarded
+def demo(experiment, no_log):
+    """Run the specification's constructed example through the rules, then log it and decide."""
+    from mlflow_perfgate import examples
+
+    for title, result in examples.run_rules():
+        decision = result.get("decision") or result.get("action") or result.get("status") or result.get("performance_action")
+        click.echo(f"{title}: {decision or ''}")
+        click.echo("  " + json.dumps(result, default=str))
+    if no_log:
+        return
+    from mlflow_perfgate.tracking import evaluate_group, log_attempt
+
+    group = f"demo-{os.getpid()}-{int(__import__('time').time())}"
+    click.echo(f"\nlogging the example as group {group!r} in experiment {experiment!r} ...")
+    candidate = {**examples.BASELINE, "checkpoint": True}
+    for latency in examples.BASELINE_MS:
+        log_attempt(group, "baseline", examples.BASELINE, latency_ms=latency, quality=0.9, experiment_name=experiment)
+    for latency in examples.CANDIDATE_MS:
+        log_attempt(group, "candidate", candidate, latency_ms=latency, quality=0.895, experiment_name=experiment)
+    log_attempt(group, "candidate", candidate, ok=False, failure="timeout", experiment_name=experiment)
+    result = evaluate_group(group, experiment_name=experiment)
+    print_decision(result, "text")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: click in non-standalone mode so usage errors are one line with exit code 2."""
     try:
