@@ -114,11 +114,13 @@ def cli():
 @click.option("--validity", default=None, metavar="JSON",
               help="The correctness record as JSON, or @FILE holding it.")
 @click.option("--metric", "metrics", multiple=True, metavar="KEY=VALUE", help="An extra metric, e.g. peak_mem_mib=512.")
+@click.option("--env", "environment", multiple=True, metavar="KEY=VALUE",
+              help="A fingerprint key to add or override (torch_threads=2, gpu_name=...).")
 @click.option("--attempt-id", default=None, help="A unique id: a retried record with the same id counts once.")
 @click.option("--parent-run-id", default=None, help="A comparison run to nest the attempt under.")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @guarded
-def record(group, arm, conditions, latency_ms, quality, failure, validity, metrics, attempt_id,
+def record(group, arm, conditions, latency_ms, quality, failure, validity, metrics, environment, attempt_id,
            parent_run_id, experiment):
     """Log one attempt from a shell (a workload not written in Python); prints the run id."""
     from mlflow_perfgate.tracking import log_attempt
@@ -143,6 +145,7 @@ def record(group, arm, conditions, latency_ms, quality, failure, validity, metri
         group, arm, parse_assignments(conditions, "--set"), latency_ms=latency_ms, quality=quality,
         ok=failure is None, failure=failure, validity=parsed_validity, experiment_name=experiment,
         parent_run_id=parent_run_id, attempt_id=attempt_id, metrics=extra or None,
+        environment=parse_assignments(environment, "--env") or None,
     )
     click.echo(run_id)
 
@@ -201,6 +204,32 @@ def report(group, experiment):
     if frame.empty:
         raise ValueError(f"no decision for group {group!r}; run evaluate first")
     click.echo(read_report(frame.iloc[0]["run_id"]), nl=False)
+
+
+@cli.command()
+@guarded
+def sync():
+    """Send journaled attempts that never reached the tracking server (idempotent)."""
+    from mlflow_perfgate.tracking import sync as replay
+
+    counts = replay()
+    click.echo(f"{counts['sent']} sent, {counts['already_present']} already present "
+               f"(of {counts['pending_before']} waiting in the journal)")
+
+
+@cli.command()
+@click.option("--older-than", required=True, metavar="DURATION", help="Age past which a RUNNING attempt is stale: 90s, 30m, 2h, 1d.")
+@click.option("--experiment", default=None, help="Experiment name.")
+@click.option("--group", default=None, help="Only this comparison's attempts.")
+@guarded
+def reap(older_than, experiment, group):
+    """Mark attempts RUNNING for longer than DURATION as KILLED, with the reason."""
+    from mlflow_perfgate.tracking import parse_duration, reap as reap_runs
+
+    reaped = reap_runs(parse_duration(older_than), experiment_name=experiment, group=group)
+    click.echo(f"{len(reaped)} stale attempts marked KILLED")
+    for run_id in reaped:
+        click.echo(f"  {run_id}")
 
 
 @cli.command()

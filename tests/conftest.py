@@ -47,7 +47,9 @@ def start_mlflow_server(root: Path, port: int | None = None, extra_args: tuple =
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", backend_uri, "--artifacts-destination", str(root / "artifacts"),
          "--workers", "1", *extra_args],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+        # no job-runner processes: the tests need the tracking API only, and 2 cores are few
+        stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})},
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"

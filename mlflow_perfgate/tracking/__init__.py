@@ -1,11 +1,13 @@
 """The tracking layer: the only place that talks to MLflow."""
 
-from ._attempts import AttemptRecorder, attempt, log_attempt
+from ._attempts import AttemptDeferred, AttemptRecorder, attempt, log_attempt
+from ._maintenance import parse_duration, reap, sync
 from ._evaluate import DEFAULT_STALE_AFTER_S, evaluate_group
 from ._queries import DECISION_COLUMNS, decisions
 from ._schema import METRIC, TAG, canonical_value
 
 __all__ = sorted([
+    "AttemptDeferred",
     "AttemptRecorder",
     "DECISION_COLUMNS",
     "DEFAULT_STALE_AFTER_S",
@@ -16,4 +18,7 @@ __all__ = sorted([
     "decisions",
     "evaluate_group",
     "log_attempt",
+    "parse_duration",
+    "reap",
+    "sync",
 ])

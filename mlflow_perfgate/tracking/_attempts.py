@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -14,7 +15,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import _validate_param_name, _validate_tag_name
 
 from .. import rules
-from . import _client
+from . import _client, _journal
+from ._environment import ENV_TAG_PREFIX, fingerprint
 from ._schema import (
     ARMS,
     KIND_ATTEMPT,
@@ -27,7 +29,7 @@ from ._schema import (
     group_key,
 )
 
-__all__ = ["log_attempt", "attempt", "AttemptRecorder", "clip"]
+__all__ = ["log_attempt", "attempt", "AttemptRecorder", "AttemptDeferred", "clip", "write_payload"]
 
 
 def clip(text: str, limit: int = MAX_TAG_VALUE) -> str:
@@ -153,7 +155,19 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
     return result
 
 
-def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: str | None) -> dict:
+def _env_tags(environment: dict | None) -> dict[str, str]:
+    if environment is not None and not isinstance(environment, dict):
+        raise ValueError(f"environment must be a dict, got {type(environment).__name__}")
+    tags = {}
+    for key, value in fingerprint(environment).items():
+        tag = ENV_TAG_PREFIX + key
+        _check_key(tag, "environment", _validate_tag_name)
+        tags[tag] = _check_text(value, f"environment {key!r}", MAX_TAG_VALUE)
+    return tags
+
+
+def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: str | None,
+                   environment: dict | None = None) -> dict:
     if attempt_id is None:
         attempt_id = uuid.uuid4().hex
     _check_text(attempt_id, "attempt_id", MAX_TAG_VALUE)
@@ -165,6 +179,7 @@ def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: 
         TAG.GROUP_KEY: group_key(group),
         TAG.ARM: arm,
         TAG.ATTEMPT_ID: attempt_id,
+        **_env_tags(environment),
     }
     if parent_run_id is not None:
         if not isinstance(parent_run_id, str) or not parent_run_id.strip():
@@ -193,6 +208,8 @@ def log_attempt(
     metrics: dict | None = None,
     step_times_ms: list | None = None,
     tags: dict | None = None,
+    environment: dict | None = None,
+    journal: bool | None = None,
 ) -> str:
     """Log one attempt as one MLflow run: create (with its tags), one ``log_batch``, terminate.
 
@@ -215,34 +232,115 @@ def log_attempt(
         metrics: extra finite metrics (``peak_mem_mib``, ``throughput_tok_s``, ...).
         step_times_ms: the raw step times, logged as the ``step_time_ms`` history.
         tags: extra tags.
+        environment: fingerprint keys to add or override (``torch_threads``, ``gpu_name``);
+            the process's own fingerprint (versions, CPU, host, git revision) is always logged
+            as ``perfgate.env.*`` tags.
+        journal: append the attempt to the local journal first (see ``_journal``); default:
+            yes for a tracking server over HTTP(S), no for a local store
+            (``MLFLOW_PERFGATE_JOURNAL_MODE=always|never`` overrides).
 
     Returns:
         The run id.
 
     Raises:
         ValueError: bad input (nothing was written).
+        AttemptDeferred: the server could not be reached; the attempt is in the journal.
     """
     group, arm = _check_group(group), _check_arm(arm)
     params = _check_params(conditions)
     result = _check_result(ok=ok, latency_ms=latency_ms, quality=quality, failure=failure,
                            validity=validity, metrics=metrics, step_times_ms=step_times_ms, tags=tags)
-    creation_tags = _creation_tags(group, arm, attempt_id, parent_run_id)
+    creation_tags = _creation_tags(group, arm, attempt_id, parent_run_id, environment)
+    if experiment_name is not None and (not isinstance(experiment_name, str) or not experiment_name.strip()):
+        raise ValueError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
     mlflow_client = _client.client()
-    experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=True)
+    payload = {
+        "attempt_id": creation_tags[TAG.ATTEMPT_ID], "group": group, "arm": arm,
+        "tracking_uri": mlflow_client.tracking_uri, "experiment_name": experiment_name,
+        "experiment_env": {k: os.environ[k] for k in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID")
+                           if os.environ.get(k)},
+        "params": params, "creation_tags": creation_tags, "ok": result.ok, "metrics": result.metrics,
+        "step_times_ms": result.step_times_ms, "tags": result.tags,
+    }
+    use_journal = _journal_enabled(mlflow_client.tracking_uri) if journal is None else journal
+    if use_journal:
+        _journal.append(payload)
+    try:
+        run_id = write_payload(mlflow_client, payload)
+    except Exception as exc:
+        if use_journal and _client.is_unreachable(exc):
+            raise AttemptDeferred(payload["attempt_id"], exc) from exc
+        raise
+    if use_journal:
+        _journal.mark_synced(payload["attempt_id"], run_id)
+    return run_id
+
+
+class AttemptDeferred(ConnectionError):
+    """The tracking server could not be reached; the attempt waits in the local journal.
+
+    ``mlflow-perfgate sync`` sends it once the server is back. A series may go on.
+    """
+
+    def __init__(self, attempt_id: str, cause: BaseException):
+        self.attempt_id = attempt_id
+        super().__init__(
+            f"attempt {attempt_id} is kept in the journal {_journal.journal_path()} because the tracking "
+            f"server could not be reached ({_client.short_error(cause)}); run 'mlflow-perfgate sync' when it is back"
+        )
+
+
+def _journal_enabled(tracking_uri: str) -> bool:
+    """Journal by default where an outage can happen: a tracking server over HTTP(S)."""
+    setting = os.environ.get("MLFLOW_PERFGATE_JOURNAL_MODE", "auto").lower()
+    if setting in ("always", "on", "true", "1"):
+        return True
+    if setting in ("never", "off", "false", "0"):
+        return False
+    return tracking_uri.startswith(("http://", "https://"))
+
+
+def write_payload(mlflow_client, payload: dict) -> str:
+    """Write one checked attempt: create the run with its tags, one ``log_batch``, terminate."""
+    experiment_name = payload["experiment_name"]
+    with _experiment_env(payload.get("experiment_env") or {}):
+        experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=True)
+    creation_tags = payload["creation_tags"]
     run = _client.retrying(lambda: mlflow_client.create_run(
-        experiment_id, tags=creation_tags, run_name=_run_name(arm, creation_tags[TAG.ATTEMPT_ID])
+        experiment_id, tags=creation_tags, run_name=_run_name(payload["arm"], payload["attempt_id"])
     ))
     run_id = run.info.run_id
+    result = _Result(ok=payload["ok"], metrics=payload["metrics"], step_times_ms=payload["step_times_ms"],
+                     tags=payload["tags"])
     metric_entities, result_tags = result.entities()
     try:
-        _client.log_batch(mlflow_client, run_id, params=params, metrics=metric_entities, tags=result_tags)
+        _client.log_batch(mlflow_client, run_id, params=payload["params"], metrics=metric_entities, tags=result_tags)
     except BaseException:
         with contextlib.suppress(Exception):
             mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
         raise
-    status = RunStatus.FINISHED if ok else RunStatus.FAILED
+    status = RunStatus.FINISHED if payload["ok"] else RunStatus.FAILED
     _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(status)))
     return run_id
+
+
+@contextlib.contextmanager
+def _experiment_env(values: dict):
+    """Replay under the experiment variables the attempt was logged with."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID")}
+    try:
+        for key in saved:
+            if key in values:
+                os.environ[key] = values[key]
+            else:
+                os.environ.pop(key, None)
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class AttemptRecorder:
@@ -279,6 +377,7 @@ def attempt(
     experiment_name: str | None = None,
     parent_run_id: str | None = None,
     attempt_id: str | None = None,
+    environment: dict | None = None,
 ) -> Iterator[AttemptRecorder]:
     """Record the body as one attempt; it calls ``recorder.report(latency_ms=..., quality=...)``.
 
@@ -289,7 +388,7 @@ def attempt(
     """
     group, arm = _check_group(group), _check_arm(arm)
     params = _check_params(conditions)
-    creation_tags = _creation_tags(group, arm, attempt_id, parent_run_id)
+    creation_tags = _creation_tags(group, arm, attempt_id, parent_run_id, environment)
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=True)
     run = _client.retrying(lambda: mlflow_client.create_run(

@@ -20,6 +20,16 @@ T = TypeVar("T")
 PAGE_SIZE = 1000
 DEFAULT_EXPERIMENT_ID = "0"
 _LOCK_RETRIES = 8
+#: Short, explicit HTTP limits for our own calls (MLflow's defaults, 120 s and 7 retries with
+#: backoff, take minutes to report a dead server). A user's own settings win.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+}
+_UNREACHABLE_MARKERS = ("Connection refused", "Max retries exceeded", "Read timed out", "timed out",
+                        "Failed to establish a new connection", "Connection aborted", "RemoteDisconnected",
+                        "Name or service not known")
 # (tracking URI, experiment name) -> id, for the life of the process: a series of attempts
 # resolves its experiment once, not once per attempt.
 _KNOWN_EXPERIMENTS: dict[tuple[str, str], str] = {}
@@ -33,7 +43,36 @@ def client() -> MlflowClient:
     unless the user set the variable.
     """
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     return MlflowClient()
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether an error means the tracking server could not be reached (refused, timed out, down)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return True
+        name = type(exc).__name__
+        if name in ("ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "MaxRetryError",
+                    "NewConnectionError", "ProtocolError", "RemoteDisconnected"):
+            return True
+        text = str(exc)
+        if any(marker in text for marker in _UNREACHABLE_MARKERS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def short_error(exc: BaseException) -> str:
+    """The first line of an error, short enough for one line of output."""
+    text = " ".join(str(exc).split())
+    for marker in _UNREACHABLE_MARKERS:
+        if marker in text:
+            return marker.lower().strip(" (")
+    return text[:300]
 
 
 def retrying(call: Callable[[], T]) -> T:

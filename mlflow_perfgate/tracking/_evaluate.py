@@ -11,7 +11,7 @@ from typing import Any
 from mlflow.entities import Metric, RunStatus
 
 from .. import rules
-from . import _client, _report
+from . import _client, _journal, _report
 from ._schema import (
     ARMS,
     KIND_ATTEMPT,
@@ -143,7 +143,8 @@ def _view(run, now_ms: int, stale_after_s: float) -> AttemptView:
     elif ok_tag == "false":
         view.state, view.failure = "failed", tags.get(TAG.FAILURE) or "unspecified"
     elif info.status in ("FAILED", "KILLED"):
-        view.state, view.failure = "crashed", f"crashed: run ended {info.status} without reporting"
+        view.state = "crashed"
+        view.failure = tags.get(TAG.FAILURE) or f"crashed: run ended {info.status} without reporting"
     elif info.status == "FINISHED":
         view.state, view.failure = "crashed", "no_result: run FINISHED without reporting"
     else:
@@ -332,6 +333,15 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     if not views:
         raise ValueError(f"no attempts of group {group!r} in experiment {experiment_id}")
     result = _judge(views, merged)
+    waiting = _journal.pending(tracking_uri=mlflow_client.tracking_uri, group=group)
+    if waiting:
+        # Their outcomes (failures included) are unknown to MLflow: deciding now could drop
+        # failed attempts from the denominator.
+        result.setdefault("warnings", []).append(
+            f"{len(waiting)} attempts of this group wait in the journal {_journal.journal_path()}; "
+            "run 'mlflow-perfgate sync', then evaluate again")
+        if result["decision"] in ("accept", "reject"):
+            result.update(decision="rerun", reason="attempts_not_synced")
     changed_variable, baseline_value, candidate_value = result.pop("_changed")
     result.update(
         group=group, experiment_id=experiment_id, thresholds=merged,

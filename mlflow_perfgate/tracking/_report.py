@@ -24,6 +24,7 @@ REASONS = {
     "attempts_in_progress": "some attempts are still running; evaluate again when they end",
     "declared_thresholds_checked": "every declared threshold was checked",
     "run_invalid": "an attempt failed its correctness probe",
+    "attempts_not_synced": "attempts of this group are still in the local journal, not in MLflow",
 }
 
 

@@ -1,0 +1,76 @@
+"""A local, append-only journal of attempts: nothing is lost when the tracking server is not there.
+
+Each attempt is appended (flushed and fsynced) before it is sent to MLflow, and a ``synced``
+line follows once MLflow has it. An attempt whose write failed stays in the journal;
+``mlflow-perfgate sync`` replays it later. Replays are idempotent: an attempt whose
+``attempt_id`` MLflow already holds is only marked synced.
+
+The journal is one JSON object per line at ``$MLFLOW_PERFGATE_JOURNAL`` (default
+``.perfgate/journal.jsonl`` under the working directory). A torn last line (a crash while
+appending) is skipped on reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+__all__ = ["journal_path", "append", "mark_synced", "pending", "JOURNAL_ENV"]
+
+JOURNAL_ENV = "MLFLOW_PERFGATE_JOURNAL"
+
+
+def journal_path() -> Path:
+    return Path(os.environ.get(JOURNAL_ENV) or Path.cwd() / ".perfgate" / "journal.jsonl")
+
+
+def _append_line(entry: dict) -> None:
+    path = journal_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(entry, sort_keys=True, allow_nan=False) + "\n"
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def append(payload: dict) -> None:
+    """Record an attempt before it is sent."""
+    _append_line({"type": "attempt", "written_at": time.time(), **payload})
+
+
+def mark_synced(attempt_id: str, run_id: str) -> None:
+    _append_line({"type": "synced", "attempt_id": attempt_id, "run_id": run_id, "written_at": time.time()})
+
+
+def _entries() -> list[dict]:
+    path = journal_path()
+    if not path.exists():
+        return []
+    entries = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn line from a crash mid-append
+    return entries
+
+
+def pending(tracking_uri: str | None = None, group: str | None = None) -> list[dict]:
+    """Attempts appended but never marked synced (optionally of one tracking URI / group)."""
+    entries = _entries()
+    synced = {e["attempt_id"] for e in entries if e.get("type") == "synced"}
+    seen, result = set(), []
+    for entry in entries:
+        if entry.get("type") != "attempt" or entry["attempt_id"] in synced or entry["attempt_id"] in seen:
+            continue
+        if tracking_uri is not None and entry.get("tracking_uri") != tracking_uri:
+            continue
+        if group is not None and entry.get("group") != group:
+            continue
+        seen.add(entry["attempt_id"])
+        result.append(entry)
+    return result
