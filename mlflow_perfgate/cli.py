@@ -73,9 +73,34 @@ def threshold_options(func):
     return func
 
 
+def decision_options(func):
+    """How a decision is made: method, mode, margin, environment check, objective thresholds."""
+    options = [
+        click.option("--method", type=click.Choice(["seed", "robust"]), default="seed", show_default=True,
+                     help="seed: the specification's rule, exact; robust: Mann-Whitney U + Hodges-Lehmann interval."),
+        click.option("--mode", type=click.Choice(["improvement", "non_regression"]), default="improvement",
+                     show_default=True, help="improvement: must be faster; non_regression: may not be slower than --margin."),
+        click.option("--margin", type=float, default=0.05, show_default=True,
+                     help="Slowdown tolerated in non_regression mode (0.05 = 5%)."),
+        click.option("--env-mismatch", type=click.Choice(["fail", "warn", "ignore"]), default="fail", show_default=True,
+                     help="When attempts' environment fingerprints differ beyond the changed variable."),
+        click.option("--min-memory-reduction", type=float, default=None, help="Memory objective: least reduction [0.10]."),
+        click.option("--maximum-latency-cost", type=float, default=None, help="Memory objective: most latency rise [0.30]."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def collect_thresholds(kwargs: dict) -> dict:
-    names = ("min_valid_runs", "min_improvement", "quality_tolerance", "maximum_failure_rate", "maximum_p95_ratio")
-    return {name: kwargs.pop(name) for name in names if kwargs.get(name) is not None}
+    """Pop the threshold and decision options from a command's kwargs."""
+    names = ("min_valid_runs", "min_improvement", "quality_tolerance", "maximum_failure_rate", "maximum_p95_ratio",
+             "min_memory_reduction", "maximum_latency_cost")
+    collected = {name: kwargs.pop(name) for name in names if kwargs.get(name) is not None}
+    for name in ("method", "mode", "margin", "env_mismatch"):
+        if name in kwargs:
+            collected[name] = kwargs.pop(name)
+    return collected
 
 
 def print_decision(result: dict, output_format: str) -> None:
@@ -153,17 +178,20 @@ def record(group, arm, conditions, latency_ms, quality, failure, validity, metri
 @cli.command()
 @click.option("--group", required=True, help="Comparison id to judge.")
 @click.option("--experiment", default=None, help="Experiment name.")
+@click.option("--objective", type=click.Choice(["latency", "memory", "throughput"]), default=None,
+              help="What to judge on [the comparison run's objective, else latency].")
 @threshold_options
+@decision_options
 @click.option("--stale-after", type=float, default=None, metavar="SECONDS",
               help="A RUNNING attempt older than this counts as failed ('stale') [3600].")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @guarded
-def evaluate(group, experiment, stale_after, output_format, **kwargs):
+def evaluate(group, experiment, objective, stale_after, output_format, **kwargs):
     """Judge a group's attempts, log the decision run, exit with the decision's code."""
     from mlflow_perfgate.tracking import DEFAULT_STALE_AFTER_S, evaluate_group
 
     thresholds = collect_thresholds(kwargs)
-    result = evaluate_group(group, experiment_name=experiment,
+    result = evaluate_group(group, experiment_name=experiment, objective=objective,
                             stale_after_s=stale_after or DEFAULT_STALE_AFTER_S, **thresholds)
     print_decision(result, output_format)
     exit_for(result)
@@ -186,8 +214,9 @@ def decisions(experiment, group, output_format):
     elif frame.empty:
         click.echo("no decisions")
     else:
-        columns = ["start_time", "group", "decision", "reason", "changed_variable", "baseline_value",
-                   "candidate_value", "baseline_median_ms", "candidate_median_ms", "observed_improvement", "run_id"]
+        columns = ["start_time", "group", "decision", "reason", "objective", "changed_variable", "baseline_value",
+                   "candidate_value", "baseline_median_ms", "candidate_median_ms", "observed_improvement",
+                   "memory_reduction", "run_id"]
         click.echo(frame[columns].to_string(index=False, max_colwidth=40))
 
 
@@ -204,6 +233,84 @@ def report(group, experiment):
     if frame.empty:
         raise ValueError(f"no decision for group {group!r}; run evaluate first")
     click.echo(read_report(frame.iloc[0]["run_id"]), nl=False)
+
+
+def _conditions(sets: tuple[str, ...]) -> dict:
+    return parse_assignments(sets, "--set")
+
+
+@cli.command()
+@click.option("--workload", default="tinylm", show_default=True, help="tinylm, or a factory module:function.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
+@click.option("--change", "change", required=True, metavar="KEY=VALUE", help="The one variable the candidate changes.")
+@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")
+@click.option("--group", default=None, help="Comparison id (default: a new one).")
+@click.option("--experiment", default=None, help="Experiment name (created if missing).")
+@click.option("--objective", type=click.Choice(["latency", "memory", "throughput"]), default="latency",
+              show_default=True, help="What the comparison is judged on.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Per-attempt wall-clock limit, seconds.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads in every attempt.")
+@click.option("--in-process", is_flag=True, help="Run attempts in this process (faster; a crash takes the run down).")
+@click.option("--until-decisive", is_flag=True, help="Add attempt pairs while the answer is rerun, up to --max-attempts.")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Per-arm cap for --until-decisive.")
+@threshold_options
+@decision_options
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@guarded
+def compare(workload, sets, change, attempts, group, experiment, objective, timeout_s, threads, in_process,
+            until_decisive, max_attempts, output_format, no_progress, **kwargs):
+    """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
+    from mlflow_perfgate.harness import compare as run_compare
+
+    thresholds = collect_thresholds(kwargs)
+    if until_decisive and max_attempts is None:
+        max_attempts = 4 * attempts
+    result = run_compare(
+        workload, _conditions(sets), parse_assignments((change,), "--change"), attempts=attempts, group=group,
+        experiment_name=experiment, objective=objective, supervised=not in_process, timeout_s=timeout_s,
+        threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
+        **thresholds,
+    )
+    print_decision(result, output_format)
+    exit_for(result)
+
+
+@cli.command()
+@click.option("--workload", default="tinylm", show_default=True, help="tinylm, or a factory module:function.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
+@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Attempts per arm the proposed comparison will run.")
+@click.option("--capacity-mib", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Memory budget to compare with (default: the GPU's memory, or the machine's RAM on CPU).")
+@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps timed for the evidence.")
+@click.option("--experiment", default=None, help="Experiment name (created if missing).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@guarded
+def diagnose(workload, sets, attempts, capacity_mib, steps, experiment, output_format):
+    """Evidence (probe, stage times, memory) -> hypothesis -> a single-variable plan; logs a diagnosis run."""
+    from mlflow_perfgate.harness import diagnose as run_diagnose
+
+    report = run_diagnose(workload, _conditions(sets), attempts=attempts, capacity_mib=capacity_mib,
+                          experiment_name=experiment, steps=steps)
+    if output_format == "json":
+        click.echo(json.dumps(report, indent=2, default=str))
+        return
+    synthesis, plan = report["synthesis"], report["plan"]
+    click.echo(f"status: {synthesis['status']}")
+    click.echo(f"primary signal: {synthesis['primary_signal']}")
+    click.echo(f"hypothesis: {synthesis['hypothesis']}")
+    if "hotspot" in synthesis:
+        click.echo(f"hotspot: {synthesis['hotspot']} ({synthesis['hotspot_share_pct']}% of the step)")
+        click.echo(f"memory: {synthesis['dominant_object']} dominates; reserved/capacity {synthesis['capacity_ratio']}")
+    click.echo(f"plan: {plan['action']}")
+    if plan["changed_variable"]:
+        variable = plan["changed_variable"]
+        click.echo(f"single change: {variable}: {plan['baseline'][variable]} -> {plan['candidate'][variable]}")
+        click.echo(f"objective: {report['objective']}")
+        click.echo(f"test it with:\n  {report['command']}")
+    click.echo(f"diagnosis run: {report['diagnosis_run_id']}")
 
 
 @cli.command()

@@ -22,7 +22,11 @@ SPEC_FUNCTIONS = {
     "summarize_repeated_runs",
     "evaluate_regression",
 }
-EXTRA_PUBLIC_NAMES = {"DEFAULT_THRESHOLDS", "RuleTypeError", "explain_checks"}
+EXTRA_PUBLIC_NAMES = {
+    "DEFAULT_THRESHOLDS", "METHODS", "MODES", "OBJECTIVES", "RuleTypeError", "decide", "evaluate_objective",
+    "evaluate_robust", "evaluate_seed_non_regression", "explain_checks", "flag_contention", "hodges_lehmann_ratio",
+    "objective_for_signal", "recommended_attempts", "sequential_alpha", "sequential_thresholds",
+}
 
 
 def test_importing_rules_loads_neither_mlflow_nor_torch():

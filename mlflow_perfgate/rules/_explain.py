@@ -44,6 +44,14 @@ def explain_checks(result: dict, quality_tolerance: float | None = None) -> dict
         f"{c['p95_ms'] / b['p95_ms']:.3f}x baseline P95 {_ms(b['p95_ms'])}; maximum_p95_ratio "
         f"{result['maximum_p95_ratio']:g}"
     )
+    if "no_regression_ok" in result:
+        messages["no_regression_ok"] = (
+            f"{verdict[result['no_regression_ok']]}: median {_ms(c['median_ms'])} against baseline "
+            f"{_ms(b['median_ms'])} is an improvement of {_pct(result['observed_improvement'])}; the least "
+            f"allowed is {_pct(result['required_improvement'])} (minus the larger of margin and baseline noise "
+            f"{_pct(result['baseline_noise'])})"
+        )
+        return messages
     messages["improvement_ok"] = (
         f"{verdict[result['improvement_ok']]}: median {_ms(c['median_ms'])} against baseline "
         f"{_ms(b['median_ms'])} is an improvement of {_pct(result['observed_improvement'])}; "

@@ -4,6 +4,7 @@ from ._attempts import AttemptDeferred, AttemptRecorder, attempt, log_attempt
 from ._maintenance import parse_duration, reap, sync
 from ._evaluate import DEFAULT_STALE_AFTER_S, evaluate_group
 from ._queries import DECISION_COLUMNS, decisions
+from ._runs import end_run, log_diagnosis, start_comparison
 from ._schema import METRIC, TAG, canonical_value
 
 __all__ = sorted([
@@ -16,9 +17,12 @@ __all__ = sorted([
     "attempt",
     "canonical_value",
     "decisions",
+    "end_run",
     "evaluate_group",
+    "log_diagnosis",
     "log_attempt",
     "parse_duration",
     "reap",
+    "start_comparison",
     "sync",
 ])

@@ -12,6 +12,7 @@ from mlflow.entities import Metric, RunStatus
 
 from .. import rules
 from . import _client, _journal, _report
+from ._environment import ENV_MISMATCH_MODES, compare_fingerprints, env_from_tags
 from ._schema import (
     ARMS,
     KIND_ATTEMPT,
@@ -218,23 +219,45 @@ def _changed_variable(views: list[AttemptView]) -> tuple[str | None, str | None,
     return key, baseline.get(key, "(absent)"), candidate.get(key, "(absent)")
 
 
+_OBJECTIVE_THRESHOLDS = ("min_memory_reduction", "maximum_latency_cost")
+
+
 def _thresholds(given: dict) -> dict:
-    unknown = sorted(set(given) - set(THRESHOLD_PARAMS))
+    unknown = sorted(set(given) - set(THRESHOLD_PARAMS) - set(_OBJECTIVE_THRESHOLDS))
     if unknown:
-        raise ValueError(f"unknown thresholds {unknown}; expected some of {list(THRESHOLD_PARAMS)}")
+        raise ValueError(
+            f"unknown thresholds {unknown}; expected some of {list(THRESHOLD_PARAMS + _OBJECTIVE_THRESHOLDS)}")
     merged = {**rules.DEFAULT_THRESHOLDS, **{k: v for k, v in given.items() if v is not None}}
     try:
-        rules.evaluate_regression([], [], **merged)  # checks the thresholds, judges nothing
+        # checks every threshold, judges nothing
+        rules.evaluate_objective([], [], "memory", **merged)
     except TypeError as exc:
         raise ValueError(str(exc)) from None
     return merged
 
 
-def _judge(views: list[AttemptView], thresholds: dict) -> dict:
-    """The rules, in the evaluator's order: correctness, single variable, in-progress, regression."""
-    invalid = [v for v in views if v.validity and not v.validity["run_valid"]]
+def _records(views: list[AttemptView]) -> dict[str, list[dict]]:
     judged = [v for v in views if v.state != "running"]
-    records = {arm: [v.record() for v in judged if v.arm == arm] for arm in ARMS}
+    records = {}
+    for arm in ARMS:
+        records[arm] = []
+        for view in judged:
+            if view.arm != arm:
+                continue
+            record = view.record()
+            if record["ok"]:
+                for key in (METRIC.PEAK_MEM, METRIC.THROUGHPUT):
+                    if key in view.metrics:
+                        record[key] = view.metrics[key]
+            records[arm].append(record)
+    return records
+
+
+def _judge(views: list[AttemptView], thresholds: dict, options: dict, env_mismatch: str) -> dict:
+    """The rules, in the evaluator's order: correctness, single variable, environment,
+    in-progress, then the decision rule."""
+    invalid = [v for v in views if v.validity and not v.validity["run_valid"]]
+    records = _records(views)
     summaries = {arm: rules.summarize_repeated_runs(records[arm]) for arm in ARMS}
     if invalid:
         first = invalid[0]
@@ -251,55 +274,88 @@ def _judge(views: list[AttemptView], thresholds: dict) -> dict:
             "_changed": changed,
         }
     changed = _changed_variable(views)
+    warnings = []
+    mismatches = compare_fingerprints([(v.run_id, env_from_tags(v.tags)) for v in views], changed[0])
+    if mismatches and env_mismatch == "fail":
+        raise ValueError(
+            "the attempts ran in different environments beyond the changed variable ("
+            + "; ".join(mismatches) + "); rerun them in one environment, or pass env_mismatch='warn'")
+    if mismatches and env_mismatch == "warn":
+        warnings += [f"environment differs: {m}" for m in mismatches]
     running = [v.run_id for v in views if v.state == "running"]
     if running:
         return {**summaries, "decision": "rerun", "reason": "attempts_in_progress",
-                "running_runs": running, "failed_checks": [], "_changed": changed}
-    result = rules.evaluate_regression(records["baseline"], records["candidate"], **thresholds)
-    result.setdefault("failed_checks", [])
-    result["messages"] = rules.explain_checks(result, thresholds["quality_tolerance"])
+                "running_runs": running, "failed_checks": [], "warnings": warnings, "_changed": changed}
+    result = rules.decide(records["baseline"], records["candidate"], **options, **thresholds)
+    for arm, indices in (result.get("contention") or {}).items():
+        for index in indices:
+            record = records[arm][index]
+            warnings.append(
+                f"possible contention: {arm} attempt {record['run_id']} ({record['latency_ms']:.4g} ms) is far "
+                "outside its arm's spread; it stays in every count")
+    result["contention_runs"] = {arm: [records[arm][i]["run_id"] for i in indices]
+                                 for arm, indices in (result.get("contention") or {}).items()}
+    result["warnings"] = warnings + result.get("warnings", [])
     result["_changed"] = changed
     return result
+
+
+_SUMMARY_KEYS = ("median_ms", "p95_ms", "failure_rate", "quality", "valid_runs", "failed_runs", "attempted_runs",
+                 "median_peak_mem_mib", "median_throughput_tok_s", "p5_throughput_tok_s")
+_RESULT_FIGURES = ("baseline_noise", "required_improvement", "observed_improvement", "memory_reduction",
+                   "latency_cost", "recommended_attempts")
 
 
 def _summary_metrics(result: dict) -> dict[str, float]:
     metrics = {}
     for arm in ARMS:
-        for key in ("median_ms", "p95_ms", "failure_rate", "quality", "valid_runs", "failed_runs", "attempted_runs"):
+        for key in _SUMMARY_KEYS:
             value = result[arm].get(key)
             if value is not None:
                 metrics[f"{arm}_{key}"] = float(value)
-    for key in ("baseline_noise", "required_improvement", "observed_improvement"):
+    for key in _RESULT_FIGURES:
         if result.get(key) is not None:
             metrics[key] = float(result[key])
+    for key, value in (result.get("robust") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("alpha", "confidence"):
+            metrics[key if key != "recommended_attempts" else "robust_recommended_attempts"] = float(value)
     return metrics
 
 
-def _decision_target(views: list[AttemptView], mlflow_client, experiment_id: str, group: str) -> tuple[str, bool]:
-    """(run id to write the decision on, whether it is a new run needing attempts re-parented)."""
+def _common_parent(views: list[AttemptView], mlflow_client):
     parents = {v.parent_run_id for v in views}
     if len(parents) == 1 and None not in parents:
-        parent = _client.retrying(lambda: mlflow_client.get_run(parents.pop()))
-        if parent.data.tags.get(TAG.COMPARISON) == "true":
-            if TAG.DECISION not in parent.data.tags:
-                return parent.info.run_id, False
-            # decided before: a new decision nests under the comparison, attempts stay put
-            run = _client.retrying(lambda: mlflow_client.create_run(
-                experiment_id, run_name="decision", tags={TAG.PARENT: parent.info.run_id}))
-            return run.info.run_id, False
+        return _client.retrying(lambda: mlflow_client.get_run(next(iter(parents))))
+    return None
+
+
+def _decision_target(parent, mlflow_client, experiment_id: str, group: str) -> tuple[str, bool]:
+    """(run id to write the decision on, whether it is a new run needing attempts re-parented)."""
+    if parent is not None and parent.data.tags.get(TAG.COMPARISON) == "true":
+        if TAG.DECISION not in parent.data.tags:
+            return parent.info.run_id, False
+        # decided before: a new decision nests under the comparison, attempts stay put
+        run = _client.retrying(lambda: mlflow_client.create_run(
+            experiment_id, run_name="decision", tags={TAG.PARENT: parent.info.run_id}))
+        return run.info.run_id, False
     run = _client.retrying(lambda: mlflow_client.create_run(
         experiment_id, run_name=f"decision {group[:60]}"))
     return run.info.run_id, True
 
 
 def evaluate_group(group: str, *, experiment_name: str | None = None,
-                   stale_after_s: float = DEFAULT_STALE_AFTER_S, **thresholds: Any) -> dict:
+                   stale_after_s: float = DEFAULT_STALE_AFTER_S, objective: str | None = None,
+                   method: str = "seed", mode: str = "improvement", margin: float = 0.05,
+                   env_mismatch: str = "fail", alpha: float | None = None, confidence: float | None = None,
+                   look: int | None = None, max_looks: int | None = None, dry_run: bool = False,
+                   **thresholds: Any) -> dict:
     """Judge a group's attempts and log the decision run.
 
     Finds the attempts with one paginated search, then applies in order: correctness first
     (any attempt with ``run_valid`` false gives ``blocked_by_correctness``); the
-    single-variable rule on the logged params (ValueError otherwise); in-progress attempts
-    (``rerun``, ``attempts_in_progress``); and ``evaluate_regression``. Failed, crashed and
+    single-variable rule on the logged params (ValueError otherwise); the environment
+    fingerprints (``env_mismatch``); in-progress attempts (``rerun``,
+    ``attempts_in_progress``); and the decision rule (``rules.decide``). Failed, crashed and
     stale attempts stay in the failure-rate denominator.
 
     The decision is written onto the attempts' comparison run when they have one (and it is
@@ -309,30 +365,55 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         group: the comparison id.
         experiment_name: default ``MLFLOW_EXPERIMENT_NAME`` or MLflow's Default experiment.
         stale_after_s: a RUNNING attempt older than this counts as failed (``stale``).
+        objective: ``latency``, ``memory`` or ``throughput``; default: the comparison run's
+            objective (from its diagnosis), else ``latency``.
+        method: ``seed`` (the specification's rule, exact) or ``robust`` (Mann-Whitney U and a
+            Hodges-Lehmann interval); both methods' figures are logged whichever decides.
+        mode: ``improvement`` (the candidate must be faster) or ``non_regression`` (it may not
+            be slower than ``margin``, for CI).
+        margin: the slowdown tolerated in ``non_regression``.
+        env_mismatch: ``fail`` (default: refuse arms whose environment fingerprints differ
+            beyond the changed variable), ``warn`` or ``ignore``.
+        alpha, confidence: the robust method's levels (its defaults when None).
+        look, max_looks: the look number of a sequential comparison (``--until-decisive``).
+        dry_run: judge without writing anything (the interim looks of a sequential comparison).
         **thresholds: ``min_valid_runs``, ``min_improvement``, ``quality_tolerance``,
-            ``maximum_failure_rate``, ``maximum_p95_ratio`` (the specification's defaults).
+            ``maximum_failure_rate``, ``maximum_p95_ratio`` (the specification's defaults), and
+            for the memory objective ``min_memory_reduction`` (0.10) and
+            ``maximum_latency_cost`` (0.30).
 
     Returns:
-        The rules' result (``baseline``, ``candidate`` summaries, the checks) with
+        The rule's result (``baseline``, ``candidate`` summaries, the checks) with
         ``decision``, ``reason``, ``failed_checks``, ``decision_run_id``, ``group``,
-        ``changed_variable``, ``baseline_value``, ``candidate_value``, ``run_ids``,
-        ``thresholds`` and ``experiment_id``.
+        ``objective``, ``method``, ``mode``, ``changed_variable``, ``baseline_value``,
+        ``candidate_value``, ``run_ids``, ``thresholds``, ``warnings`` and ``experiment_id``.
 
     Raises:
-        ValueError: bad thresholds, no attempts, an unknown experiment, or a broken
-            single-variable rule; no decision run is written then.
+        ValueError: bad thresholds or options, no attempts, an unknown experiment, a broken
+            single-variable rule or differing environments; no decision run is written then.
     """
     if not isinstance(group, str) or not group:
         raise ValueError(f"group must be a non-empty string, got {group!r}")
     if isinstance(stale_after_s, bool) or not isinstance(stale_after_s, (int, float)) or not stale_after_s > 0:
         raise ValueError(f"stale_after_s must be a number > 0, got {stale_after_s!r}")
+    if env_mismatch not in ENV_MISMATCH_MODES:
+        raise ValueError(f"env_mismatch must be one of {list(ENV_MISMATCH_MODES)}, got {env_mismatch!r}")
     merged = _thresholds(thresholds)
+    options = dict(method=method, mode=mode, margin=margin, alpha=alpha, confidence=confidence, look=look,
+                   max_looks=max_looks)
+    if objective is not None:
+        options["objective"] = objective
+    rules.decide([], [], **options, **merged)  # checks every option before anything is read
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     views, duplicates = load_group(group, experiment_id, mlflow_client, stale_after_s=stale_after_s)
     if not views:
         raise ValueError(f"no attempts of group {group!r} in experiment {experiment_id}")
-    result = _judge(views, merged)
+    parent = _common_parent(views, mlflow_client)
+    if objective is None:
+        objective = (parent.data.tags.get(TAG.OBJECTIVE) if parent is not None else None) or "latency"
+        options["objective"] = objective
+    result = _judge(views, merged, options, env_mismatch)
     waiting = _journal.pending(tracking_uri=mlflow_client.tracking_uri, group=group)
     if waiting:
         # Their outcomes (failures included) are unknown to MLflow: deciding now could drop
@@ -345,13 +426,19 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     changed_variable, baseline_value, candidate_value = result.pop("_changed")
     result.update(
         group=group, experiment_id=experiment_id, thresholds=merged,
+        objective=objective, method=method, mode=mode,
         changed_variable=changed_variable, baseline_value=baseline_value,
         candidate_value=candidate_value, run_ids=[v.run_id for v in views],
         duplicate_run_ids=duplicates,
         attempts=[{**v.record(), "arm": v.arm, "state": v.state, "attempt_id": v.attempt_id,
                    "start_time": v.start_time} for v in views],
     )
-    decision_run_id, reparent = _decision_target(views, mlflow_client, experiment_id, group)
+    result.setdefault("warnings", [])
+    result.setdefault("failed_checks", [])
+    if dry_run:
+        result["decision_run_id"] = None
+        return result
+    decision_run_id, reparent = _decision_target(parent, mlflow_client, experiment_id, group)
     result["decision_run_id"] = decision_run_id
     _write_decision(mlflow_client, decision_run_id, result)
     if reparent:
@@ -368,7 +455,11 @@ def _param_text(value: Any) -> str:
 
 
 def _write_decision(mlflow_client, run_id: str, result: dict) -> None:
-    params = {key: str(result["thresholds"][key]) for key in THRESHOLD_PARAMS}
+    params = {key: str(value) for key, value in result["thresholds"].items()}
+    if result.get("mode") == "non_regression":
+        params["margin"] = str(result.get("margin"))
+    if result.get("method") == "robust" and result.get("alpha") is not None:
+        params.update(alpha=str(result["alpha"]), confidence=str(result["confidence"]))
     params.update(
         changed_variable=_param_text(result["changed_variable"]),
         baseline_value=_param_text(result["baseline_value"]),
@@ -383,6 +474,11 @@ def _write_decision(mlflow_client, run_id: str, result: dict) -> None:
         TAG.REASON: result["reason"],
         TAG.FAILED_CHECKS: ",".join(result["failed_checks"]),
         TAG.CHANGED_VARIABLE: _param_text(result["changed_variable"]),
+        TAG.OBJECTIVE: result["objective"],
+        "perfgate.method": result["method"],
+        "perfgate.mode": result["mode"],
+        **({"perfgate.seed_decision": result["seed"]["decision"],
+            "perfgate.robust_decision": result["robust"]["decision"]} if result.get("robust") else {}),
         TAG.NOTE: _report.fit_note(note),
     }
     now = int(time.time() * 1000)

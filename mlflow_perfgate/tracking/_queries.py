@@ -15,10 +15,13 @@ _FIGURES = [
     "baseline_failure_rate", "candidate_failure_rate", "baseline_quality", "candidate_quality",
     "baseline_valid_runs", "candidate_valid_runs", "baseline_attempted_runs", "candidate_attempted_runs",
     "baseline_noise", "required_improvement", "observed_improvement",
+    "baseline_median_peak_mem_mib", "candidate_median_peak_mem_mib", "memory_reduction", "latency_cost",
+    "baseline_median_throughput_tok_s", "candidate_median_throughput_tok_s",
+    "p_value", "ratio_estimate", "ratio_ci_low", "ratio_ci_high", "recommended_attempts",
 ]
 DECISION_COLUMNS = [
-    "group", "decision", "reason", "failed_checks", "changed_variable", "baseline_value",
-    "candidate_value", *_FIGURES, "run_id", "experiment_id", "start_time",
+    "group", "decision", "reason", "failed_checks", "objective", "method", "mode", "changed_variable",
+    "baseline_value", "candidate_value", *_FIGURES, "run_id", "experiment_id", "start_time",
 ]
 
 
@@ -55,6 +58,9 @@ def decisions(experiment_name: str | None = None, group: str | None = None) -> p
             "decision": tags[TAG.DECISION],
             "reason": tags.get(TAG.REASON),
             "failed_checks": [c for c in tags.get(TAG.FAILED_CHECKS, "").split(",") if c],
+            "objective": tags.get(TAG.OBJECTIVE, "latency"),
+            "method": tags.get("perfgate.method", "seed"),
+            "mode": tags.get("perfgate.mode", "improvement"),
             "changed_variable": params.get("changed_variable") or None,
             "baseline_value": params.get("baseline_value") or None,
             "candidate_value": params.get("candidate_value") or None,

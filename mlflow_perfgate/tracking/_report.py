@@ -47,6 +47,14 @@ def decision_markdown(result: dict) -> str:
             f"`{result['baseline_value']}` (baseline) -> `{result['candidate_value']}` (candidate)"
         )
     lines.append(f"- reason: `{result['reason']}`: {REASONS.get(result['reason'], result['reason'])}")
+    if result.get("objective"):
+        how = f"- objective: `{result['objective']}`; method: `{result.get('method', 'seed')}`; mode: `{result.get('mode', 'improvement')}`"
+        if result.get("mode") == "non_regression":
+            how += f" (margin {result.get('margin', 0) * 100:.1f}%)"
+        lines.append(how)
+    if result.get("recommended_attempts"):
+        lines.append(f"- to settle it: about {result['recommended_attempts']} attempts per arm "
+                     "(from the observed dispersion and the decision boundary)")
     if result.get("failed_checks"):
         lines.append(f"- failed checks: {', '.join(f'`{c}`' for c in result['failed_checks'])}")
     if decision == "blocked_by_correctness":
@@ -60,14 +68,28 @@ def decision_markdown(result: dict) -> str:
     messages = result.get("messages") or {}
     if messages:
         lines += ["", "### Checks", ""] + [f"- `{name}` {text}" for name, text in messages.items()]
+    robust, seed = result.get("robust") or {}, result.get("seed") or {}
+    if robust:
+        low, high = robust.get("ratio_ci_low"), robust.get("ratio_ci_high")
+        lines += ["", "### Both methods", "",
+                  f"- seed (the specification's rule): `{seed.get('decision')}` ({seed.get('reason')}); "
+                  f"noise proxy {_fmt(seed.get('baseline_noise'))}, required improvement "
+                  f"{_fmt(seed.get('required_improvement'))}, observed {_fmt(seed.get('observed_improvement'))}",
+                  f"- robust: `{robust.get('decision')}` ({robust.get('reason')}); one-sided Mann-Whitney p = "
+                  f"{_fmt(robust.get('p_value'))}; candidate/baseline ratio {_fmt(robust.get('ratio_estimate'))}, "
+                  f"{_fmt((robust.get('confidence') or 0) * 100)}% interval {_fmt(low)} to {_fmt(high)} (Hodges-Lehmann)"]
     lines += ["", "### Figures", "", "| | baseline | candidate |", "|---|---|---|"]
     rows = [
         ("attempts", "attempted_runs", ""), ("successful", "valid_runs", ""),
         ("failed", "failed_runs", ""), ("failure rate", "failure_rate", ""),
         ("median", "median_ms", " ms"), ("P95 (nearest rank)", "p95_ms", " ms"), ("quality", "quality", ""),
+        ("median peak memory", "median_peak_mem_mib", " MiB"), ("median throughput", "median_throughput_tok_s", " tok/s"),
+        ("P5 throughput", "p5_throughput_tok_s", " tok/s"),
     ]
     b, c = result.get("baseline", {}), result.get("candidate", {})
     for label, key, unit in rows:
+        if b.get(key) is None and c.get(key) is None and key.endswith(("mib", "tok_s")):
+            continue
         lines.append(f"| {label} | {_fmt(b.get(key), unit)} | {_fmt(c.get(key), unit)} |")
     if b.get("failure_reasons") or c.get("failure_reasons"):
         lines += ["", "### Failed attempts", ""]

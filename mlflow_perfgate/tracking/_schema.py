@@ -94,6 +94,7 @@ THRESHOLD_PARAMS = (
 )
 
 _SHAPE_STRING = re.compile(r"^\s*[\(\[]\s*(-?\d+\s*(,\s*-?\d+\s*)*,?\s*)?[\)\]]\s*$")
+_BARE_SHAPE = re.compile(r"^\s*\d+\s*(?:(?:,\s*\d+\s*)+|(?:[xX]\s*\d+\s*)+)$")
 
 
 def group_key(group: str) -> str:
@@ -105,7 +106,8 @@ def canonical_value(value: Any, *, key: str = "value") -> str:
     """The one string an MLflow param holds for a condition value.
 
     Booleans (and the strings ``true``/``false`` in any case) become ``true`` / ``false``;
-    tuples, lists and strings such as ``"(4, 128)"`` or ``"[4,128]"`` become ``"[4, 128]"``;
+    tuples, lists and strings such as ``"(4, 128)"``, ``"[4,128]"``, ``"4,128"`` or ``"4x128"``
+    become ``"[4, 128]"``;
     finite numbers their ``repr``; dicts sorted JSON. So ``(4, 128)`` and ``[4, 128]``, or
     ``True`` and ``"true"``, give the same param and never look like a changed variable.
 
@@ -128,6 +130,8 @@ def canonical_value(value: Any, *, key: str = "value") -> str:
         if _SHAPE_STRING.match(value):
             inner = value.strip()[1:-1]
             return json.dumps([int(part) for part in inner.split(",") if part.strip()])
+        if _BARE_SHAPE.match(value):  # "4,128" or "4x128", as typed on a command line
+            return json.dumps([int(part) for part in re.split(r"[,xX]", value)])
         return value
     if isinstance(value, (list, tuple)):
         return json.dumps([_json_ready(item, key) for item in value])

@@ -1,0 +1,111 @@
+"""Comparison and diagnosis runs: the parents that ``compare`` and ``diagnose`` create."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from mlflow.entities import RunStatus
+
+from . import _client
+from ._schema import KIND_COMPARISON, KIND_DIAGNOSIS, MAX_PARAM_VALUE, TAG, canonical_conditions, group_key
+
+__all__ = ["start_comparison", "end_run", "log_diagnosis"]
+
+
+def start_comparison(group: str, conditions: dict, changed_variable: str, *, objective: str = "latency",
+                     experiment_name: str | None = None, workload: str | None = None,
+                     extra_tags: dict | None = None) -> str:
+    """Create the comparison run under which attempts nest and onto which the decision is written.
+
+    Its params are the baseline's fixed conditions (the UI lines them up with the attempts').
+    """
+    if not isinstance(group, str) or not group.strip():
+        raise ValueError(f"group must be a non-empty string, got {group!r}")
+    mlflow_client = _client.client()
+    experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=True)
+    tags = {
+        TAG.KIND: KIND_COMPARISON, TAG.COMPARISON: "true", TAG.GROUP: group, TAG.GROUP_KEY: group_key(group),
+        TAG.OBJECTIVE: objective, TAG.CHANGED_VARIABLE: changed_variable,
+        **({"perfgate.workload": workload} if workload else {}), **(extra_tags or {}),
+    }
+    run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=f"compare {group[:60]}"))
+    params = {key: value[:MAX_PARAM_VALUE] for key, value in canonical_conditions(conditions).items()
+              if key != changed_variable}
+    _client.log_batch(mlflow_client, run.info.run_id, params=params)
+    return run.info.run_id
+
+
+def end_run(run_id: str, status: str = "FINISHED") -> None:
+    """Terminate a run we created (``FINISHED``, ``FAILED`` or ``KILLED``)."""
+    mlflow_client = _client.client()
+    _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.from_string(status))))
+
+
+def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name: str | None = None,
+                  files: dict | None = None, tags: dict | None = None) -> str:
+    """Log a diagnosis run: the evidence bundle, the synthesis and the plan as JSON artifacts.
+
+    Args:
+        files: extra artifacts ``{artifact_subdir: local_path}`` (profiler table and trace).
+
+    Returns:
+        The run id.
+    """
+    mlflow_client = _client.client()
+    experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=True)
+    run_tags = {
+        TAG.KIND: KIND_DIAGNOSIS,
+        "perfgate.status": str(synthesis.get("status")),
+        "perfgate.primary_signal": str(synthesis.get("primary_signal")),
+        "perfgate.hypothesis": str(synthesis.get("hypothesis"))[:8000],
+        "perfgate.plan_action": str(plan.get("action")),
+        TAG.NOTE: _diagnosis_note(synthesis, plan),
+        **(tags or {}),
+    }
+    if plan.get("changed_variable"):
+        run_tags[TAG.CHANGED_VARIABLE] = str(plan["changed_variable"])
+    run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=run_tags, run_name="diagnosis"))
+    run_id = run.info.run_id
+    try:
+        params = {k: v[:MAX_PARAM_VALUE] for k, v in canonical_conditions(plan.get("baseline") or {}).items()}
+        metrics_source = {
+            "hotspot_share_pct": synthesis.get("hotspot_share_pct"), "capacity_ratio": synthesis.get("capacity_ratio"),
+            "reserved_mib": bundle.get("memory", {}).get("reserved_mib"),
+            "capacity_mib": bundle.get("memory", {}).get("capacity_mib"),
+        }
+        from mlflow.entities import Metric
+        import time
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, 0) for k, v in metrics_source.items() if isinstance(v, (int, float))]
+        _client.log_batch(mlflow_client, run_id, params=params, metrics=metrics)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            for name, payload in (("evidence.json", bundle), ("synthesis.json", synthesis), ("plan.json", plan)):
+                (folder / name).write_text(json.dumps(payload, indent=2, default=str))
+            mlflow_client.log_artifacts(run_id, str(folder), "perfgate")
+        for path in (files or {}).values():
+            mlflow_client.log_artifact(run_id, str(path), "perfgate/profile")
+    except BaseException:
+        end_run(run_id, "FAILED")
+        raise
+    end_run(run_id)
+    return run_id
+
+
+def _diagnosis_note(synthesis: dict, plan: dict) -> str:
+    lines = [f"## Diagnosis: {synthesis.get('status')}", "",
+             f"- primary signal: `{synthesis.get('primary_signal')}`",
+             f"- hypothesis: {synthesis.get('hypothesis')}"]
+    if "hotspot" in synthesis:
+        lines.append(f"- hotspot: `{synthesis['hotspot']}` ({synthesis.get('hotspot_share_pct')}% of the step)")
+    if "capacity_ratio" in synthesis:
+        lines.append(f"- memory: `{synthesis.get('dominant_object')}` dominates; reserved / capacity = "
+                     f"{synthesis['capacity_ratio']}")
+    lines.append(f"- plan: `{plan.get('action')}`")
+    if plan.get("changed_variable"):
+        variable = plan["changed_variable"]
+        lines.append(f"- single change: `{variable}`: `{plan['baseline'][variable]}` -> `{plan['candidate'][variable]}`")
+    return "\n".join(lines) + "\n"
