@@ -14,6 +14,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Test workloads are named ``tests.workloads_fixtures.<module>:<factory>``; attempts import them in
+# child processes whose working directory is a test's tmp_path: the repository must be on the path.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
 
 def free_port() -> int:

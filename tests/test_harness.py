@@ -1,0 +1,86 @@
+"""compare and diagnose end to end: real TinyLM attempts on the CPU, a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+import mlflow_perfgate as pg
+from mlflow_perfgate.cli import main
+from mlflow_perfgate.harness import candidate_change_for, compare, diagnose
+from mlflow_perfgate.tracking import TAG
+
+TINY = {"input_shape": "2,16", "warmup": 1, "steps": 3}
+FIXED = {"model": "Hostile", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32", "device": "cpu",
+         "measurement_method": "wall_ms", "warmup": 0, "steps": 2}
+
+
+def test_compare_nests_interleaved_attempts_under_the_decided_comparison(sqlite_uri):
+    result = compare("tinylm", TINY, {"checkpoint": True}, attempts=2, supervised=False, progress=False,
+                     min_valid_runs=2, env_mismatch="warn")
+    client = MlflowClient()
+    comparison = client.get_run(result["comparison_run_id"])
+    assert result["decision_run_id"] == result["comparison_run_id"]
+    assert comparison.data.tags[TAG.DECISION] == result["decision"] in ("accept", "reject", "rerun")
+    assert comparison.data.tags[TAG.KIND] == "decision" and comparison.info.status == "FINISHED"
+    assert comparison.data.params["changed_variable"] == "checkpoint"
+    assert comparison.data.params["input_shape"] == "[2, 16]"
+    attempts = sorted(result["attempts"], key=lambda a: a["start_time"])
+    assert [a["arm"] for a in attempts] == ["baseline", "candidate", "candidate", "baseline"]
+    for attempt in attempts:
+        run = client.get_run(attempt["run_id"])
+        assert run.data.tags[TAG.PARENT] == comparison.info.run_id
+        assert run.data.tags[TAG.RUN_VALID] == "true"
+        assert "peak_mem_mib" in run.data.metrics and "throughput_tok_s" in run.data.metrics
+        assert len(client.get_metric_history(run.info.run_id, "step_time_ms")) == 3
+        assert run.data.tags["perfgate.env.torch_threads"].isdigit()
+
+
+@pytest.mark.slow
+def test_hostile_candidate_that_kills_itself_is_a_counted_failure(sqlite_uri):
+    conditions = {**FIXED, "fail_at": 1000}
+    result = compare("tests.workloads_fixtures.hostile:killer", conditions, {"fail_at": 0}, attempts=2,
+                     progress=False, timeout_s=60, min_valid_runs=2)
+    # the specification: an arm without min_valid_runs successes cannot be judged, whatever killed it
+    assert (result["decision"], result["reason"]) == ("rerun", "insufficient_valid_runs")
+    assert result["candidate"]["failed_runs"] == 2 and result["candidate"]["attempted_runs"] == 2
+    assert all("SIGKILL" in reason for reason in result["candidate"]["failure_reasons"])
+    assert result["baseline"]["valid_runs"] == 2
+
+
+def test_compare_refuses_a_non_single_change(sqlite_uri):
+    with pytest.raises(ValueError, match="exactly one"):
+        compare("tinylm", TINY, {"checkpoint": True, "dtype": "bf16"}, attempts=1, progress=False)
+    with pytest.raises(ValueError, match="fixed"):
+        compare("tinylm", TINY, {"device": "cuda"}, attempts=1, progress=False)
+    with pytest.raises(ValueError, match="really change"):
+        compare("tinylm", TINY, {"checkpoint": "false"}, attempts=1, progress=False)
+    assert pg.decisions().empty
+
+
+def test_diagnose_logs_a_diagnosis_run_with_a_plan(sqlite_uri, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["diagnose", "--set", "input_shape=2,16", "--steps", "2", "--capacity-mib", "1",
+              "--format", "json"])
+    assert exit_info.value.code in (0, None)
+    report = json.loads(capsys.readouterr().out)
+    # a 1 MiB budget: the run is under memory pressure, so the plan is activation checkpointing
+    assert report["synthesis"]["primary_signal"] == "memory"
+    assert report["plan"]["changed_variable"] == "checkpoint" and report["objective"] == "memory"
+    assert "--change checkpoint=true" in report["command"] and "--objective memory" in report["command"]
+    run = MlflowClient().get_run(report["diagnosis_run_id"])
+    assert run.data.tags[TAG.KIND] == "diagnosis"
+    artifacts = {a.path for a in MlflowClient().list_artifacts(run.info.run_id, "perfgate")}
+    assert {"perfgate/evidence.json", "perfgate/synthesis.json", "perfgate/plan.json"} <= artifacts
+
+
+def test_candidate_change_mapping():
+    base = {"checkpoint": False, "num_workers": 0, "dtype": "fp32"}
+    assert candidate_change_for({"primary_signal": "memory"}, base) == {"checkpoint": True}
+    assert candidate_change_for({"primary_signal": "time", "hotspot": "dataloader"}, base) == {"num_workers": 2}
+    assert candidate_change_for({"primary_signal": "time", "hotspot": "dataloader"}, {"num_workers": 3}) == {"num_workers": 6}
+    assert candidate_change_for({"primary_signal": "time", "hotspot": "backward"}, base) == {"dtype": "bf16"}
+    assert candidate_change_for({"primary_signal": "none"}, base) is None
+    assert candidate_change_for({"primary_signal": "memory"}, {**base, "checkpoint": "true"}) is None
