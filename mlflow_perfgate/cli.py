@@ -59,6 +59,22 @@ def parse_assignments(items: tuple[str, ...], option: str) -> dict[str, str]:
     return result
 
 
+class OptionalFloat(click.ParamType):
+    """A float, or nothing when given as an empty string (an MLproject default)."""
+
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, float):
+            return value
+        if isinstance(value, str) and not value.strip():
+            return None
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a valid float", param, ctx)
+
+
 def threshold_options(func):
     """The specification's thresholds as options (defaults: the specification's)."""
     options = [
@@ -133,8 +149,10 @@ def cli():
 @click.option("--arm", required=True, type=click.Choice(["baseline", "candidate"]))
 @click.option("--set", "conditions", multiple=True, metavar="KEY=VALUE",
               help="A condition (param); repeat for each: model, input_shape, batch_size, ...")
-@click.option("--latency-ms", type=float, default=None, help="The attempt's latency (required unless --failure).")
-@click.option("--quality", type=float, default=None, help="The attempt's quality score (required unless --failure).")
+@click.option("--conditions", "condition_list", default=None, metavar="K=V;K=V",
+              help="Conditions as one semicolon-separated list (for the MLproject entry point).")
+@click.option("--latency-ms", type=OptionalFloat(), default=None, help="The attempt's latency (required unless --failure).")
+@click.option("--quality", type=OptionalFloat(), default=None, help="The attempt's quality score (required unless --failure).")
 @click.option("--failure", default=None, help="Why the attempt failed; records a failed attempt.")
 @click.option("--validity", default=None, metavar="JSON",
               help="The correctness record as JSON, or @FILE holding it.")
@@ -145,13 +163,16 @@ def cli():
 @click.option("--parent-run-id", default=None, help="A comparison run to nest the attempt under.")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @guarded
-def record(group, arm, conditions, latency_ms, quality, failure, validity, metrics, environment, attempt_id,
-           parent_run_id, experiment):
+def record(group, arm, conditions, condition_list, latency_ms, quality, failure, validity, metrics, environment,
+           attempt_id, parent_run_id, experiment):
     """Log one attempt from a shell (a workload not written in Python); prints the run id."""
     from mlflow_perfgate.tracking import log_attempt
 
+    if condition_list:
+        conditions = conditions + tuple(item for item in condition_list.split(";") if item.strip())
+    failure = failure or None  # an empty --failure (an MLproject default) means none
     parsed_validity = None
-    if validity is not None:
+    if validity:
         text = validity
         if validity.startswith("@"):
             with open(validity[1:], encoding="utf-8") as handle:
@@ -311,6 +332,51 @@ def diagnose(workload, sets, attempts, capacity_mib, steps, experiment, output_f
         click.echo(f"objective: {report['objective']}")
         click.echo(f"test it with:\n  {report['command']}")
     click.echo(f"diagnosis run: {report['diagnosis_run_id']}")
+
+
+@cli.command()
+@click.option("--workload", default="tinylm", show_default=True, help="tinylm, or a factory module:function.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
+@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")
+@click.option("--capacity-mib", type=click.FloatRange(min=0), default=None,
+              help="Memory budget of the target device, MiB (0 or unset: this machine's).")
+@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps timed for the evidence.")
+@click.option("--fallback-change", default=None, metavar="KEY=VALUE",
+              help="The change to test on latency when the diagnosis proposes none.")
+@click.option("--experiment", default=None, help="Experiment name (created if missing).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Per-attempt wall-clock limit, seconds.")
+@click.option("--in-process", is_flag=True, help="Run attempts in this process.")
+@threshold_options
+@decision_options
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--gate", is_flag=True, help="Exit with the decision's code (as compare does) instead of 0.")
+@guarded
+def pipeline(workload, sets, attempts, capacity_mib, steps, fallback_change, experiment, timeout_s, in_process,
+             no_progress, gate, **kwargs):
+    """The main job: diagnose, compare the plan's change under the diagnosis's objective, decide.
+
+    Exits 0 once a decision is logged (whatever it is), unless --gate.
+    """
+    from mlflow_perfgate.harness import pipeline as run_pipeline
+
+    thresholds = collect_thresholds(kwargs)
+    fallback = parse_assignments((fallback_change,), "--fallback-change") if fallback_change else None
+    outcome = run_pipeline(workload, _conditions(sets), attempts=attempts, capacity_mib=capacity_mib or None,
+                           fallback_change=fallback, experiment_name=experiment, steps=steps,
+                           progress=not no_progress, supervised=not in_process, timeout_s=timeout_s, **thresholds)
+    synthesis = outcome["diagnosis"]["synthesis"]
+    click.echo(f"diagnosis: {synthesis['status']}, primary signal {synthesis['primary_signal']}: "
+               f"{synthesis['hypothesis']} (run {outcome['diagnosis']['diagnosis_run_id']})")
+    if outcome["decision"] is None:
+        click.echo(f"no comparison: the plan is {outcome['diagnosis']['plan']['action']}")
+        sys.exit(EXIT_CODES["blocked_by_correctness"] if synthesis["status"] == "blocked_by_correctness" else 0)
+    (variable, value), = outcome["change"].items()
+    source = "fallback (the diagnosis proposed no change)" if outcome["fallback_used"] else "the diagnosis's plan"
+    click.echo(f"comparison: {variable}={value} from {source}, objective {outcome['objective']}\n")
+    print_decision(outcome["decision"], "text")
+    if gate:
+        exit_for(outcome["decision"])
 
 
 @cli.command()

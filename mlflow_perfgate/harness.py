@@ -19,6 +19,7 @@ from . import rules
 
 __all__ = [
     "DEFAULT_CONDITIONS",
+    "pipeline",
     "compare",
     "diagnose",
     "candidate_change_for",
@@ -123,6 +124,7 @@ def compare(
     progress: bool = True,
     hypothesis: str = "the candidate change improves the objective",
     on_attempt: Callable[[str, Any], None] | None = None,
+    parent_run_id: str | None = None,
     **evaluate_kwargs: Any,
 ) -> dict:
     """Run baseline and candidate attempts interleaved (ABBA) under a comparison run, then decide.
@@ -141,6 +143,7 @@ def compare(
         until_decisive: while the answer is ``rerun`` for lack of evidence, add interleaved
             attempt pairs, up to ``max_attempts`` per arm (see ``evaluate_group``'s ``look``).
         progress: show a progress bar on stderr.
+        parent_run_id: a run to nest the comparison under (the ``mlflow run`` project run).
         **evaluate_kwargs: thresholds and options for ``evaluate_group``.
 
     Returns:
@@ -163,7 +166,8 @@ def compare(
         raise ValueError(f"objective must be one of latency, memory, throughput; got {objective!r}")
     group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
-                                     workload=workload)
+                                     workload=workload,
+                                     extra_tags={"mlflow.parentRunId": parent_run_id} if parent_run_id else None)
     arms = {"baseline": base, "candidate": candidate}
 
     def run_block(order: list[str], bar) -> None:
@@ -268,6 +272,7 @@ def diagnose(
     profile: bool = True,
     capacity_alert_ratio: float = 0.90,
     hotspot_alert_share_pct: float = 40.0,
+    parent_run_id: str | None = None,
 ) -> dict:
     """Evidence -> hypothesis -> single-variable plan, logged as a diagnosis run.
 
@@ -306,7 +311,8 @@ def diagnose(
     plan = rules.design_single_variable_experiment(synthesis, base, change)
     objective = rules.objective_for_signal(synthesis.get("primary_signal", "none"))
     run_id = log_diagnosis(bundle, synthesis, plan, experiment_name=experiment_name, files=files,
-                           tags={"perfgate.objective": objective, "perfgate.workload": workload})
+                           tags={"perfgate.objective": objective, "perfgate.workload": workload,
+                                 **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})})
     for path in files.values():
         try:
             os.remove(path)
@@ -316,3 +322,47 @@ def diagnose(
         if plan["action"] == "run_comparison" else None
     return {"bundle": bundle, "synthesis": synthesis, "plan": plan, "objective": objective,
             "diagnosis_run_id": run_id, "command": command}
+
+
+def pipeline(
+    workload: str,
+    conditions: dict,
+    *,
+    attempts: int = 5,
+    capacity_mib: float | None = None,
+    fallback_change: dict | None = None,
+    experiment_name: str | None = None,
+    steps: int = 5,
+    progress: bool = True,
+    supervised: bool = True,
+    timeout_s: float = 300.0,
+    **evaluate_kwargs: Any,
+) -> dict:
+    """The main job: diagnose, compare the plan's single change under the diagnosis's objective, decide.
+
+    When the diagnosis finds no strong signal (or is blocked by correctness), the comparison
+    tests ``fallback_change`` on latency instead, and says so; without a fallback it stops after
+    the diagnosis. Under ``mlflow run`` (``MLFLOW_RUN_ID`` set) the diagnosis and the comparison
+    nest under the project's run.
+
+    Returns:
+        ``{"diagnosis": ..., "decision": <evaluate_group's result or None>, "change": ...,
+        "objective": ..., "fallback_used": bool}``.
+    """
+    parent = os.environ.get("MLFLOW_RUN_ID") or None
+    report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
+                      experiment_name=experiment_name, steps=steps, parent_run_id=parent)
+    plan = report["plan"]
+    fallback_used = plan["action"] != "run_comparison"
+    if fallback_used:
+        if plan["action"] == "fix_correctness_first" or not fallback_change:
+            return {"diagnosis": report, "decision": None, "change": None, "objective": None, "fallback_used": False}
+        change, objective = dict(fallback_change), "latency"
+    else:
+        variable = plan["changed_variable"]
+        change, objective = {variable: plan["candidate"][variable]}, report["objective"]
+    decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
+                       objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
+                       hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, **evaluate_kwargs)
+    return {"diagnosis": report, "decision": decision, "change": change, "objective": objective,
+            "fallback_used": fallback_used}
