@@ -50,13 +50,14 @@ def _cpu_model() -> str:
 
 
 def _git_revision() -> str:
-    if os.environ.get("GITHUB_SHA"):
-        return os.environ["GITHUB_SHA"]
+    """The checkout in the working directory (each arm's worktree in CI), else ``GITHUB_SHA``."""
     try:
         completed = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if completed.returncode == 0 and completed.stdout.strip():
+            return completed.stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return completed.stdout.strip() if completed.returncode == 0 else "unknown"
+        pass
+    return os.environ.get("GITHUB_SHA") or "unknown"
 
 
 @functools.lru_cache(maxsize=1)
