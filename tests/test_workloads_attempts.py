@@ -1,0 +1,202 @@
+"""The attempt runner: supervised failure modes, results, ABBA order, arguments."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import mlflow_perfgate.workloads as workloads
+from mlflow_perfgate import rules
+from mlflow_perfgate.workloads import AttemptResult, interleave, run_attempt
+
+HOSTILE = "tests.workloads_fixtures.hostile"
+TINY = {"input_shape": "(2, 16)", "seed": 0}
+
+
+@pytest.mark.parametrize(
+    ("factory", "conditions", "timeout_s", "expected"),
+    [
+        ("killer", {}, 60, "killed by signal SIGKILL"),
+        ("segfault", {}, 60, "killed by signal SIGSEGV"),
+        ("sleeper", {"fail_at": 1}, 3.0, "timeout after 3.0s"),
+        ("oom", {}, 60, "out_of_memory: OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB"),
+        ("memory_error", {}, 60, "out_of_memory: MemoryError: cannot allocate host buffer"),
+        ("raiser", {"fail_at": 2}, 60, "exception: RuntimeError: boom"),
+    ],
+)
+def test_supervised_failure_becomes_result(factory, conditions, timeout_s, expected):
+    result = run_attempt(f"{HOSTILE}:{factory}", conditions, warmup=1, steps=3, timeout_s=timeout_s)
+    assert result.ok is False
+    assert result.failure == expected
+    assert result.supervised is True
+    assert result.latency_ms is None and result.quality is None
+    assert result.wall_s < timeout_s + 5
+    json.dumps(result.to_dict())
+
+
+def test_supervised_signal_exit_codes_are_kept():
+    result = run_attempt(f"{HOSTILE}:killer", {}, warmup=0, steps=1)
+    assert result.exitcode == -9
+    assert "before writing its result" in result.failure_detail
+
+
+def test_non_finite_loss_is_localised_by_the_probe():
+    result = run_attempt(f"{HOSTILE}:nan_loss", {}, warmup=0, steps=2)
+    assert result.failure == "non_finite_loss"
+    assert "warmup" not in result.failure_detail and "step 0" in result.failure_detail
+    rules.validate_validity_report(result.validity)
+    assert result.validity["issues"] == ["numerical"]
+    assert result.validity["first_failure"] == "body.bad"
+    assert result.validity["reproducible"] is True
+
+
+def test_successful_supervised_attempt():
+    # One DataLoader worker: the child's own children must start and end cleanly too.
+    conditions = {**TINY, "num_workers": 1}
+    result = run_attempt("tinylm", conditions, warmup=1, steps=4, threads=1)
+    assert result.ok, result.failure_detail
+    assert result.failure is None and result.exitcode == 0
+    assert len(result.step_times_ms) == 4
+    assert result.latency_ms == statistics.median(result.step_times_ms)
+    assert result.torch_threads == 1
+    assert 0 <= result.quality <= 1
+    assert result.mem_status == "estimated" and result.peak_mem_mib > 0
+    assert result.tokens_per_step == 32
+    assert result.throughput_tok_s == pytest.approx(32 * 1e3 / result.latency_ms)
+    assert result.conditions == conditions
+    assert rules.validate_validity_report(result.validity)["performance_action"] == "continue"
+    # The record travels as JSON and comes back equal.
+    assert AttemptResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    # The same attempt in this process trains the same model.
+    in_process = run_attempt("tinylm", conditions, warmup=1, steps=4, threads=1, supervised=False,
+                             probe=False)
+    assert in_process.ok and in_process.supervised is False and in_process.validity is None
+    assert in_process.quality == result.quality
+    assert in_process.final_loss == pytest.approx(result.final_loss, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("factory", "expected"),
+    [
+        ("raiser", "exception: RuntimeError: boom"),
+        ("oom", "out_of_memory: OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB"),
+        ("memory_error", "out_of_memory: MemoryError: cannot allocate host buffer"),
+        ("nan_loss", "non_finite_loss"),
+        ("nan_quality", "non_finite_quality"),
+        ("not_a_workload", "exception: TypeError"),
+        ("broken_factory", "invalid_conditions: flavour must be one of ['plain'], got None"),
+    ],
+)
+def test_in_process_failure_becomes_result(factory, expected):
+    result = run_attempt(f"{HOSTILE}:{factory}", {}, warmup=1, steps=2, supervised=False)
+    assert result.ok is False
+    assert result.failure.startswith(expected)
+    assert result.supervised is False and result.exitcode is None
+
+
+def test_in_process_timeout_is_checked_between_steps():
+    result = run_attempt(f"{HOSTILE}:sleeper", {"sleep_s": 0.3, "fail_at": 0}, warmup=0, steps=50,
+                         timeout_s=0.5, supervised=False)
+    assert result.failure == "timeout after 0.5s"
+    # The step that crossed the deadline finished: a hung step would never be interrupted here.
+    assert 1 <= len(result.step_times_ms) <= 2
+    assert "deadline passed after measured step" in result.failure_detail
+
+
+def test_threads_are_pinned_and_restored():
+    before = torch.get_num_threads()
+    result = run_attempt("tinylm", TINY, warmup=0, steps=1, threads=1, supervised=False, probe=False)
+    assert result.ok and result.torch_threads == 1
+    assert torch.get_num_threads() == before
+
+
+def test_steps_may_come_from_conditions_but_not_disagree():
+    result = run_attempt(f"{HOSTILE}:raiser", {"steps": "3", "warmup": 0, "fail_at": 99}, supervised=False)
+    assert result.ok and result.steps == 3 and result.warmup == 0 and len(result.step_times_ms) == 3
+    with pytest.raises(ValueError, match="steps=2 disagrees"):
+        run_attempt("tinylm", {"steps": 3}, steps=2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"workload_name": "nope"}, "workload must be one of"),
+        ({"workload_name": "no_such_module_xyz:make"}, "cannot import module"),
+        ({"steps": 0}, "steps must be an integer >= 1"),
+        ({"warmup": -1}, "warmup must be an integer >= 0"),
+        ({"threads": 0}, "threads must be a positive integer"),
+        ({"timeout_s": 0}, "timeout_s must be a positive number"),
+        ({"conditions": {"x": object()}}, "JSON-serialisable"),
+    ],
+)
+def test_bad_arguments_raise(kwargs, message):
+    arguments = {"workload_name": "tinylm", "conditions": {}, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        run_attempt(arguments.pop("workload_name"), arguments.pop("conditions"), **arguments)
+
+
+def test_attempt_result_validates_its_states():
+    with pytest.raises(ValueError, match="cannot have a failure"):
+        AttemptResult(ok=True, failure="x", latency_ms=1.0, quality=1.0)
+    with pytest.raises(ValueError, match="finite latency_ms"):
+        AttemptResult(ok=True, quality=1.0)
+    with pytest.raises(ValueError, match="failure reason"):
+        AttemptResult(ok=False)
+    with pytest.raises(ValueError, match="unknown AttemptResult fields"):
+        AttemptResult.from_dict({"ok": False, "failure": "x", "colour": 1})
+    failed = AttemptResult(ok=False, failure="timeout after 1.0s", step_times_ms=[1, 2])
+    assert failed.step_times_ms == (1.0, 2.0)
+    assert failed.to_dict()["step_times_ms"] == [1.0, 2.0]
+
+
+def test_results_feed_the_rules():
+    runs = [AttemptResult(ok=True, latency_ms=10.0 + i, quality=0.5).to_dict() for i in range(3)]
+    runs.append(AttemptResult(ok=False, failure="killed by signal SIGKILL").to_dict())
+    summary = rules.summarize_repeated_runs(runs)
+    assert summary["failed_runs"] == 1 and summary["failure_reasons"] == ["killed by signal SIGKILL"]
+
+
+def test_interleave_abba():
+    assert interleave(0) == []
+    assert interleave(1) == ["baseline", "candidate"]
+    assert interleave(4) == ["baseline", "candidate", "candidate", "baseline",
+                             "baseline", "candidate", "candidate", "baseline"]
+    assert interleave(3, arms=("a", "b")) == ["a", "b", "b", "a", "a", "b"]
+    for bad in (-1, 1.0, True):
+        with pytest.raises(ValueError, match="n must be an integer >= 0"):
+            interleave(bad)
+
+
+@given(st.integers(min_value=0, max_value=200))
+def test_interleave_balances_arms_and_positions(n):
+    order = interleave(n)
+    assert len(order) == 2 * n and order.count("baseline") == order.count("candidate") == n
+    pairs = [order[i:i + 2] for i in range(0, len(order), 2)]
+    assert all(sorted(pair) == ["baseline", "candidate"] for pair in pairs)
+    # Each arm goes first in half of the pairs (one more for the first arm when n is odd).
+    assert sum(pair[0] == "baseline" for pair in pairs) == (n + 1) // 2
+
+
+def test_exported_names_are_exactly_the_public_ones():
+    public = {name for name in vars(workloads) if not name.startswith("_")}
+    modules = {name for name in public if type(getattr(workloads, name)).__name__ == "module"}
+    assert set(workloads.__all__) == public - modules
+    assert workloads.__all__ == sorted(workloads.__all__)
+
+
+def test_workloads_layer_imports_neither_mlflow_nor_tracking():
+    code = (
+        "import sys, mlflow_perfgate.workloads, mlflow_perfgate.workloads.tinylm, "
+        "mlflow_perfgate.workloads._child\n"
+        "bad = sorted(m for m in sys.modules if m == 'mlflow' or m.startswith(('mlflow.', "
+        "'mlflow_perfgate.tracking', 'mlflow_perfgate.cli')))\n"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,0 +1,110 @@
+"""The correctness probe: NaN localisation, gradient chain, output contract, replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mlflow_perfgate.rules import synthesize_evidence, validate_validity_report
+from mlflow_perfgate.workloads import make_workload, probe_correctness
+from tests.workloads_fixtures import probe_models as pm
+
+
+def _probe(workload, **kwargs):
+    record = probe_correctness(workload, **kwargs)
+    validate_validity_report(record)
+    return record
+
+
+def test_clean_model_is_valid():
+    record = _probe(pm.toy(pm.Stack))
+    assert record["run_valid"] is True and record["status"] == "valid"
+    assert record["issues"] == [] and record["first_failure"] is None
+    assert record["reproducible"] is False and record["replayed"] is False
+
+
+def test_first_non_finite_module_in_execution_order():
+    # encoder.1 makes the NaN; encoder.2, encoder, head and the root only pass it on.
+    record = _probe(pm.toy(pm.Stack, pm.InjectNaN()))
+    assert record["issues"] == ["numerical"]
+    assert record["first_failure"] == "encoder.1"
+    assert record["details"]["non_finite_modules"][:4] == ["encoder.1", "encoder.2", "encoder", "head"]
+    assert record["reproducible"] is True and record["replayed"] is True
+    assert synthesize_evidence({"validity": record})["status"] == "blocked_by_correctness"
+
+
+def test_transient_nan_is_not_reproducible():
+    injector = pm.InjectNaN(times=1)
+    record = _probe(pm.toy(pm.Stack, injector))
+    assert record["first_failure"] == "encoder.1"
+    assert record["reproducible"] is False
+    assert record["details"]["replay"] == {"issues": [], "first_failure": None}
+    assert injector.calls == 2
+
+
+def test_no_replay_means_not_reproduced():
+    record = _probe(pm.toy(pm.Stack, pm.InjectNaN()), replay=False)
+    assert record["run_valid"] is False and record["reproducible"] is False and record["replayed"] is False
+
+
+@pytest.mark.parametrize(("model_cls", "name"), [(pm.UnusedParameter, "extra"), (pm.DetachedParameter, "scale")])
+def test_parameter_without_gradient_breaks_the_chain(model_cls, name):
+    record = _probe(pm.toy(model_cls))
+    assert record["issues"] == ["gradient_chain"]
+    assert record["first_failure"] == name
+    assert record["details"]["params_without_grad"] == [name]
+    assert record["reproducible"] is True
+
+
+def test_frozen_parameter_is_not_a_failure():
+    assert _probe(pm.toy(pm.FrozenParameter))["run_valid"] is True
+
+
+def test_output_contract_shape_and_dtype():
+    shape = _probe(pm.toy(pm.WrongShape))
+    assert shape["issues"] == ["output_contract"] and shape["first_failure"] == "output"
+    assert "shape (2, 3, 1) != expected (2, 3)" in shape["details"]["output_contract"]
+    dtype = _probe(pm.toy(pm.IntegerOutput))
+    assert dtype["issues"] == ["output_contract"]
+    assert "not floating point" in dtype["details"]["output_contract"]
+
+
+def test_findings_keep_execution_order():
+    # A NaN in forward comes before a gradient-chain failure found after backward.
+    class Both(pm.UnusedParameter):
+        def __init__(self):
+            super().__init__()
+            self.encoder[1] = pm.InjectNaN()
+
+    record = _probe(pm.toy(Both))
+    assert record["issues"] == ["numerical", "gradient_chain"]
+    assert record["first_failure"] == "encoder.1"
+
+
+def test_probe_leaves_the_model_as_found():
+    workload = pm.toy(pm.UnusedParameter)
+    before = {k: v.clone() for k, v in workload.model.state_dict().items()}
+    rng = torch.get_rng_state()
+    _probe(workload)
+    assert all(torch.equal(before[k], v) for k, v in workload.model.state_dict().items())
+    assert all(p.grad is None for p in workload.model.parameters())
+    assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_probe_on_tinylm_checks_the_logits_contract():
+    workload = make_workload("tinylm", {"input_shape": (2, 8), "checkpoint": True})
+    record = _probe(workload)
+    assert record["run_valid"] is True
+    assert record["details"]["output_shape"] == [2, 8, 64]
+
+
+def test_probe_needs_a_model():
+    class NoModel:
+        def step(self):
+            return 0.0
+
+        def quality(self):
+            return 0.0
+
+    with pytest.raises(TypeError, match="workload.model"):
+        probe_correctness(NoModel())

@@ -1,0 +1,1 @@
+"""Workloads for the workloads-layer tests: hostile factories and small probe models."""

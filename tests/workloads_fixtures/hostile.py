@@ -1,0 +1,157 @@
+"""Factories of workloads that fail in every way an attempt can fail.
+
+Each is named ``tests.workloads_fixtures.hostile:<factory>`` and imported in the attempt's child
+process, so none of them needs anything beyond the standard library and torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+import torch
+from torch import nn
+
+from mlflow_perfgate.workloads import Workload
+
+
+class _Hostile:
+    """A step-and-quality workload whose step fails after ``fail_at`` good steps."""
+
+    tokens_per_step = 8
+
+    def __init__(self, conditions: dict, action):
+        self.fail_at = int(conditions.get("fail_at", 0))
+        self.calls = 0
+        self.action = action
+
+    def step(self) -> float:
+        self.calls += 1
+        if self.calls > self.fail_at:
+            return self.action()
+        return 1.0
+
+    def quality(self) -> float:
+        return 0.5
+
+
+def _sigkill():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _segfault():
+    # Reading address 0 is a real invalid access, not a signal sent by hand.
+    ctypes.string_at(0)
+
+
+def killer(conditions: dict) -> _Hostile:
+    """``step()`` sends SIGKILL to its own process."""
+    return _Hostile(conditions, _sigkill)
+
+
+def segfault(conditions: dict) -> _Hostile:
+    """``step()`` dereferences a null pointer (SIGSEGV)."""
+    return _Hostile(conditions, _segfault)
+
+
+def sleeper(conditions: dict) -> _Hostile:
+    """``step()`` sleeps for ``conditions['sleep_s']`` (default 60) seconds."""
+    seconds = float(conditions.get("sleep_s", 60))
+    return _Hostile(conditions, lambda: time.sleep(seconds))
+
+
+def oom(conditions: dict) -> _Hostile:
+    """``step()`` raises ``torch.OutOfMemoryError`` as the CUDA caching allocator does."""
+
+    def action():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    return _Hostile(conditions, action)
+
+
+def memory_error(conditions: dict) -> _Hostile:
+    """``step()`` raises ``MemoryError`` as a failed host allocation does."""
+
+    def action():
+        raise MemoryError("cannot allocate host buffer")
+
+    return _Hostile(conditions, action)
+
+
+def raiser(conditions: dict) -> _Hostile:
+    """``step()`` raises ``RuntimeError('boom')``."""
+
+    def action():
+        raise RuntimeError("boom")
+
+    return _Hostile(conditions, action)
+
+
+def nan_quality(conditions: dict) -> _Hostile:
+    """Steps are fine; ``quality()`` is NaN."""
+    workload = _Hostile({"fail_at": 10**9}, lambda: 1.0)
+    workload.quality = lambda: float("nan")
+    return workload
+
+
+def broken_factory(conditions: dict):
+    """The factory itself raises ``ValueError`` for a condition."""
+    raise ValueError(f"flavour must be one of ['plain'], got {conditions.get('flavour')!r}")
+
+
+def not_a_workload(conditions: dict):
+    """Returns something without ``step``/``quality``."""
+    return object()
+
+
+class NaNAfter(nn.Module):
+    """Identity until poisoned, then every output is NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.poisoned = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * float("nan") if self.poisoned else x
+
+
+class _NaNNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.ModuleDict({"first": nn.Linear(4, 4), "bad": NaNAfter()})
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body["bad"](self.body["first"](x)))
+
+
+class NaNLossWorkload(Workload):
+    """A staged workload whose ``body.bad`` module turns every activation into NaN."""
+
+    tokens_per_step = 8
+
+    def __init__(self, conditions: dict):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.model = _NaNNet()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.batch = torch.ones(2, 4)
+
+    def next_batch(self) -> torch.Tensor:
+        return self.batch
+
+    def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        return self.model(batch).pow(2).mean()
+
+    def quality(self) -> float:
+        return 0.0
+
+    def expected_output_shape(self, batch: torch.Tensor) -> tuple[int, ...]:
+        return (batch.shape[0], 2)
+
+
+def nan_loss(conditions: dict) -> NaNLossWorkload:
+    """Every loss is NaN, produced by the module ``body.bad``."""
+    return NaNLossWorkload(conditions)
