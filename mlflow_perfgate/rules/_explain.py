@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
-__all__ = ["explain_checks"]
+__all__ = ["explain_checks", "failure_rate_message", "quality_message", "pct", "ms"]
+
+VERDICT = {True: "ok", False: "FAILED", None: "INCONCLUSIVE"}
 
 
-def _pct(value) -> str:
+def pct(value) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}%"
 
 
-def _ms(value) -> str:
+def ms(value) -> str:
     return "n/a" if value is None else f"{value:.4g} ms"
+
+
+_pct, _ms = pct, ms
+
+
+def failure_rate_message(passed, b: dict, c: dict, maximum_failure_rate: float) -> str:
+    """The failure-rate check's message: both arms' rates and the threshold."""
+    return (f"{VERDICT[passed]}: candidate failure rate {pct(c['failure_rate'])} ({c['failed_runs']} of "
+            f"{c['attempted_runs']}) against maximum_failure_rate {pct(maximum_failure_rate)} "
+            f"(baseline {pct(b['failure_rate'])})")
+
+
+def quality_message(passed, b: dict, c: dict, quality_tolerance: float | None) -> str:
+    """The quality check's message: both arms' quality and the tolerance."""
+    tolerance = "" if quality_tolerance is None else f" less quality_tolerance {quality_tolerance:g}"
+    return (f"{VERDICT[passed]}: candidate quality {c['quality']:.6g} against baseline "
+            f"{b['quality']:.6g}{tolerance}")
 
 
 def explain_checks(result: dict, quality_tolerance: float | None = None) -> dict[str, str]:
@@ -27,18 +46,11 @@ def explain_checks(result: dict, quality_tolerance: float | None = None) -> dict
     if "failure_rate_ok" not in result:
         return {}
     b, c = result["baseline"], result["candidate"]
-    messages = {}
-    verdict = {True: "ok", False: "FAILED"}
-    messages["failure_rate_ok"] = (
-        f"{verdict[result['failure_rate_ok']]}: candidate failure rate {_pct(c['failure_rate'])} "
-        f"({c['failed_runs']} of {c['attempted_runs']}) against maximum_failure_rate "
-        f"{_pct(result['maximum_failure_rate'])} (baseline {_pct(b['failure_rate'])})"
-    )
-    tolerance = "" if quality_tolerance is None else f" less quality_tolerance {quality_tolerance:g}"
-    messages["quality_ok"] = (
-        f"{verdict[result['quality_ok']]}: candidate quality {c['quality']:.6g} against baseline "
-        f"{b['quality']:.6g}{tolerance}"
-    )
+    verdict = VERDICT
+    messages = {
+        "failure_rate_ok": failure_rate_message(result["failure_rate_ok"], b, c, result["maximum_failure_rate"]),
+        "quality_ok": quality_message(result["quality_ok"], b, c, quality_tolerance),
+    }
     messages["p95_ok"] = (
         f"{verdict[result['p95_ok']]}: candidate P95 {_ms(c['p95_ms'])} is "
         f"{c['p95_ms'] / b['p95_ms']:.3f}x baseline P95 {_ms(b['p95_ms'])}; maximum_p95_ratio "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 
 from ._errors import check_finite, typed_inputs
+from ._explain import failure_rate_message, pct, quality_message
 from ._regression import check_thresholds, evaluate_regression, percentile, summarize_repeated_runs
 
 __all__ = ["OBJECTIVES", "OBJECTIVE_METRICS", "DEFAULT_MIN_MEMORY_REDUCTION", "DEFAULT_MAXIMUM_LATENCY_COST",
@@ -46,8 +47,7 @@ def _figure_summary(values: list, key: str) -> dict:
             f"p95_{key}": percentile(values, 0.95)}
 
 
-def _pct(value: float) -> str:
-    return f"{value * 100:.1f}%"
+_pct = pct
 
 
 @typed_inputs
@@ -119,10 +119,8 @@ def evaluate_objective(
         "quality_ok": c["quality"] >= b["quality"] - quality_tolerance,
     }
     messages = {
-        "failure_rate_ok": f"candidate failure rate {_pct(c['failure_rate'])} against maximum_failure_rate "
-                           f"{_pct(maximum_failure_rate)} (baseline {_pct(b['failure_rate'])})",
-        "quality_ok": f"candidate quality {c['quality']:.6g} against baseline {b['quality']:.6g} less "
-                      f"quality_tolerance {quality_tolerance:g}",
+        "failure_rate_ok": failure_rate_message(checks["failure_rate_ok"], b, c, maximum_failure_rate),
+        "quality_ok": quality_message(checks["quality_ok"], b, c, quality_tolerance),
     }
     figures: dict = {}
     if objective == "memory":
@@ -167,5 +165,6 @@ def evaluate_objective(
         "decision": "reject" if failed_checks else "accept",
         "reason": "declared_thresholds_checked",
         "maximum_failure_rate": maximum_failure_rate, "maximum_p95_ratio": maximum_p95_ratio,
-        "messages": {name: f"{verdict[checks[name]]}: {text}" for name, text in messages.items()},
+        "messages": {name: text if name in ("failure_rate_ok", "quality_ok") else f"{verdict[checks[name]]}: {text}"
+                     for name, text in messages.items()},
     }

@@ -26,6 +26,7 @@ import math
 import numpy as np
 from scipy.stats import mannwhitneyu, norm
 
+from ._explain import failure_rate_message, ms as _ms, pct as _pct, quality_message
 from ._errors import check_finite, typed_inputs
 from ._regression import check_thresholds, evaluate_regression, summarize_repeated_runs
 
@@ -542,14 +543,6 @@ def evaluate_robust(
     }
 
 
-def _pct(value) -> str:
-    return "n/a" if value is None else f"{value * 100:.1f}%"
-
-
-def _ms(value) -> str:
-    return "n/a" if value is None else f"{value:.4g} ms"
-
-
 def _ratio(value) -> str:
     return "unbounded" if value is None else f"{value:.3f}"
 
@@ -571,17 +564,9 @@ def explain_robust_checks(result: dict, quality_tolerance: float | None = None) 
     interval = (f"ratio candidate/baseline {result['ratio_estimate']:.3f} "
                 f"({result['confidence'] * 100:g}% interval {_ratio(result['ratio_ci_low'])} to "
                 f"{_ratio(result['ratio_ci_high'])}, Hodges-Lehmann)")
-    tolerance = "" if quality_tolerance is None else f" less quality_tolerance {quality_tolerance:g}"
     messages = {
-        "failure_rate_ok": (
-            f"{verdict[result['failure_rate_ok']]}: candidate failure rate {_pct(c['failure_rate'])} "
-            f"({c['failed_runs']} of {c['attempted_runs']}) against maximum_failure_rate "
-            f"{_pct(result['maximum_failure_rate'])} (baseline {_pct(b['failure_rate'])})"
-        ),
-        "quality_ok": (
-            f"{verdict[result['quality_ok']]}: candidate quality {c['quality']:.6g} against baseline "
-            f"{b['quality']:.6g}{tolerance}"
-        ),
+        "failure_rate_ok": failure_rate_message(result["failure_rate_ok"], b, c, result["maximum_failure_rate"]),
+        "quality_ok": quality_message(result["quality_ok"], b, c, quality_tolerance),
         "p95_ok": (
             f"{verdict[result['p95_ok']]}: candidate P95 {_ms(c['p95_ms'])} is {result['p95_ratio']:.3f}x "
             f"baseline P95 {_ms(b['p95_ms'])}; maximum_p95_ratio {result['maximum_p95_ratio']:g}, "
