@@ -120,7 +120,8 @@ def bench_evaluate(root: Path, size: int, attempts: int, repeats: int) -> dict:
 
     def search_and_rules():
         views, _ = _evaluate.load_group(group, experiment_id, _client.client(), stale_after_s=3600)
-        _evaluate._judge(views, dict(pg.rules.DEFAULT_THRESHOLDS, min_valid_runs=attempts // 2))
+        _evaluate._judge(views, dict(pg.rules.DEFAULT_THRESHOLDS, min_valid_runs=attempts // 2),
+                         {"objective": "latency"}, "fail")
 
     ours = timed(search_and_rules, repeats)
     whole = timed(lambda: pg.evaluate_group(group, experiment_name=f"size-{size}",

@@ -270,6 +270,8 @@ def log_attempt(
     except Exception as exc:
         if use_journal and _client.is_unreachable(exc):
             raise AttemptDeferred(payload["attempt_id"], exc) from exc
+        if use_journal:
+            _journal.mark_rejected(payload["attempt_id"], _client.short_error(exc))
         raise
     if use_journal:
         _journal.mark_synced(payload["attempt_id"], run_id)

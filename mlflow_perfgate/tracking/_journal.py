@@ -17,7 +17,7 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["journal_path", "append", "mark_synced", "pending", "JOURNAL_ENV"]
+__all__ = ["journal_path", "append", "mark_synced", "mark_rejected", "pending", "JOURNAL_ENV"]
 
 JOURNAL_ENV = "MLFLOW_PERFGATE_JOURNAL"
 
@@ -45,6 +45,12 @@ def mark_synced(attempt_id: str, run_id: str) -> None:
     _append_line({"type": "synced", "attempt_id": attempt_id, "run_id": run_id, "written_at": time.time()})
 
 
+def mark_rejected(attempt_id: str, reason: str) -> None:
+    """The server answered and refused the attempt (bad credentials, no permission): replaying it
+    would only be refused again, or write what its sender was not allowed to."""
+    _append_line({"type": "rejected", "attempt_id": attempt_id, "reason": reason[:500], "written_at": time.time()})
+
+
 def _entries() -> list[dict]:
     path = journal_path()
     if not path.exists():
@@ -60,9 +66,9 @@ def _entries() -> list[dict]:
 
 
 def pending(tracking_uri: str | None = None, group: str | None = None) -> list[dict]:
-    """Attempts appended but never marked synced (optionally of one tracking URI / group)."""
+    """Attempts appended but neither synced nor rejected (optionally of one tracking URI / group)."""
     entries = _entries()
-    synced = {e["attempt_id"] for e in entries if e.get("type") == "synced"}
+    synced = {e["attempt_id"] for e in entries if e.get("type") in ("synced", "rejected")}
     seen, result = set(), []
     for entry in entries:
         if entry.get("type") != "attempt" or entry["attempt_id"] in synced or entry["attempt_id"] in seen:
