@@ -80,6 +80,16 @@ def _validated_change(base: dict, change: dict, hypothesis: str) -> tuple[str, A
     return plan["changed_variable"], value
 
 
+def _gpu_name(conditions: dict) -> str:
+    """The GPU an attempt ran on, for the environment fingerprint ("none" on the CPU)."""
+    if str(conditions.get("device", "cpu")).lower().startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(torch.device(str(conditions["device"])))
+    return "none"
+
+
 def _log_result(group: str, arm: str, conditions: dict, result, *, experiment_name, parent_run_id) -> str | None:
     from .tracking import AttemptDeferred, log_attempt
 
@@ -90,7 +100,9 @@ def _log_result(group: str, arm: str, conditions: dict, result, *, experiment_na
         metrics["throughput_tok_s"] = result.throughput_tok_s
     if result.wall_s is not None:
         metrics["attempt_wall_s"] = result.wall_s
-    environment = {"torch_threads": result.torch_threads} if result.torch_threads is not None else {}
+    environment = {"gpu_name": _gpu_name(conditions)}
+    if result.torch_threads is not None:
+        environment["torch_threads"] = result.torch_threads
     tags = {"perfgate.mem_status": result.mem_status} if result.mem_status else {}
     if result.failure_detail and not result.ok:
         tags["perfgate.failure_detail"] = result.failure_detail[-7900:]
@@ -201,7 +213,10 @@ def compare(
             final_kwargs.update(look=look, max_looks=_max_looks(attempts, max_attempts))
         result = evaluate_group(group, experiment_name=experiment_name, objective=objective, **final_kwargs)
     except BaseException:
-        end_run(comparison_id, "KILLED")
+        try:
+            end_run(comparison_id, "KILLED")
+        except Exception:  # the server may be what failed; the original error matters
+            pass
         raise
     result["comparison_run_id"] = comparison_id
     return result

@@ -226,3 +226,73 @@ def test_non_finite_stored_latency_is_refused_not_judged(sqlite_uri):
     client.set_terminated(run_id)
     with pytest.raises(ValueError, match="non-finite latency_ms"):
         pg.evaluate_group("g-inf")
+
+
+LONG = "x" * 6001
+BAD_INPUTS = [
+    (dict(arm="other"), "arm must be one of"),
+    (dict(conditions={**CONDITIONS, "bad key!": 1}), "not accepted by MLflow"),
+    (dict(conditions={**CONDITIONS, "note": LONG}), "would truncate"),
+    (dict(conditions={**CONDITIONS, "lr": float("nan")}), "must be finite"),
+    (dict(conditions={}), "at least one condition"),
+    (dict(latency_ms=float("nan")), "latency_ms must be finite"),
+    (dict(latency_ms=float("inf")), "latency_ms must be finite"),
+    (dict(latency_ms=-1.0), "latency_ms must be > 0"),
+    (dict(latency_ms=None), "needs latency_ms"),
+    (dict(quality=float("-inf")), "quality must be finite"),
+    (dict(quality="high"), "quality must be a number"),
+    (dict(ok="yes"), "ok must be True or False"),
+    (dict(ok=False, latency_ms=None, quality=None), "needs a non-empty failure"),
+    (dict(failure="timeout"), "cannot have a failure"),
+    (dict(ok=False, failure="f" * 8001, latency_ms=None, quality=None), "would truncate"),
+    (dict(group="g" * 8001), "would truncate"),
+    (dict(group=""), "group must be a non-empty string"),
+    (dict(metrics={"peak_mem_mib": float("nan")}), "must be finite"),
+    (dict(tags={"t": "v" * 8001}), "would truncate"),
+    (dict(validity={"evidence_type": "correctness"}), "validity: correctness record is missing"),
+    (dict(validity={"evidence_type": "correctness", "status": "valid", "run_valid": True, "issues": ["x"],
+                    "first_failure": None, "reproducible": False}), "validity: run_valid=True contradicts"),
+]
+
+
+@pytest.mark.parametrize("change, message", BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+def test_bad_input_is_refused_before_anything_is_written(sqlite_uri, change, message):
+    kwargs = dict(group="bad", arm="baseline", conditions=CONDITIONS, latency_ms=10.0, quality=0.9)
+    kwargs.update(change)
+    with pytest.raises(ValueError, match=message):
+        pg.log_attempt(kwargs.pop("group"), kwargs.pop("arm"), kwargs.pop("conditions"), **kwargs)
+    assert all_runs() == []
+
+
+def test_attempt_context_manager(sqlite_uri):
+    client = MlflowClient()
+    with pg.attempt("ctx", "baseline", CONDITIONS) as recorder:
+        # the run and its conditions exist while the body runs
+        assert client.get_run(recorder.run_id).data.params["batch_size"] == "4"
+        recorder.report(latency_ms=12.5, quality=0.9, metrics={"peak_mem_mib": 3.0})
+    run = client.get_run(recorder.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags[TAG.OK] == "true"
+    assert run.data.metrics["latency_ms"] == 12.5 and run.data.metrics["peak_mem_mib"] == 3.0
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with pg.attempt("ctx", "candidate", CANDIDATE) as failing:
+            raise RuntimeError("boom")
+    run = client.get_run(failing.run_id)
+    assert run.info.status == "FAILED" and run.data.tags[TAG.OK] == "false"
+    assert run.data.tags[TAG.FAILURE] == "exception: RuntimeError: boom"
+
+    with pytest.raises(ValueError, match="must call report"):
+        with pg.attempt("ctx", "candidate", CANDIDATE) as silent:
+            pass
+    assert client.get_run(silent.run_id).data.tags[TAG.FAILURE].startswith("no_result")
+
+    with pytest.raises(ValueError, match="latency_ms must be finite"):
+        with pg.attempt("ctx", "candidate", CANDIDATE) as bad:
+            bad.report(latency_ms=float("nan"), quality=0.9)
+    assert client.get_run(bad.run_id).data.tags[TAG.OK] == "false"
+
+    with pg.attempt("ctx", "candidate", CANDIDATE) as explicit:
+        explicit.fail("out of memory")
+    assert client.get_run(explicit.run_id).data.tags[TAG.FAILURE] == "out of memory"
+    result = pg.evaluate_group("ctx", min_valid_runs=1)
+    assert result["candidate"]["attempted_runs"] == 4 and result["candidate"]["failed_runs"] == 4
