@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 
 import click
@@ -20,7 +21,29 @@ def _fail(message: str) -> "NoReturn":  # noqa: F821
     sys.exit(EXIT_USAGE)
 
 
+def _refusal(exc: BaseException) -> str | None:
+    """A tracking server's 401 / 403 in words, instead of MLflow's HTTP dump."""
+    code = getattr(exc, "error_code", None)
+    if code not in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return None
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or "the tracking server"
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    match = re.search(r"endpoint (/\S+)", str(exc))
+    where = f" on {match.group(1)}" if match else ""
+    if code == "UNAUTHENTICATED":
+        if not user and not os.environ.get("MLFLOW_TRACKING_TOKEN"):
+            return (f"{uri} requires a login (HTTP 401{where}): set MLFLOW_TRACKING_USERNAME and "
+                    "MLFLOW_TRACKING_PASSWORD")
+        return (f"{uri} did not accept the credentials of user {user!r} (HTTP 401{where}): check "
+                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+    return (f"user {user!r} may not do this on {uri} (HTTP 403 permission denied{where}): recording attempts "
+            "and writing decisions need EDIT permission on the experiment; ask its owner or an admin")
+
+
 def _one_line(exc: BaseException) -> str:
+    refusal = _refusal(exc)
+    if refusal is not None:
+        return refusal
     message = getattr(exc, "message", None) or (exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc))
     text = " ".join(str(message).split())
     return text if len(text) <= 2000 else text[:2000] + " ..."

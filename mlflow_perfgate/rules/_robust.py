@@ -246,14 +246,19 @@ def recommended_attempts(baseline_latencies, candidate_latencies, *, margin: flo
     if min(base.size, cand.size) < 2:
         return None
     shift, _, _ = _log_shift(base, cand, None)
-    delta = abs(shift - math.log1p(margin))
-    variance = _robust_sigma(base) ** 2 + _robust_sigma(cand) ** 2
+    delta = abs(float(shift) - math.log1p(margin))
+    variance = float(_robust_sigma(base)) ** 2 + float(_robust_sigma(cand)) ** 2
     if variance == 0:
         return None if delta == 0 else 2
     if delta == 0:
         return _MAX_RECOMMENDED
-    z = norm.isf(alpha) + norm.ppf(power)
-    attempts = z * z * variance / (delta * delta) / _MWU_EFFICIENCY
+    z = float(norm.isf(alpha) + norm.ppf(power))
+    try:  # a boundary a hair away overflows: that many attempts is "more than the cap"
+        attempts = z * z * variance / (delta * delta) / _MWU_EFFICIENCY
+    except (OverflowError, ZeroDivisionError):
+        return _MAX_RECOMMENDED
+    if not math.isfinite(attempts):
+        return _MAX_RECOMMENDED
     return int(min(_MAX_RECOMMENDED, max(2, math.ceil(attempts))))
 
 

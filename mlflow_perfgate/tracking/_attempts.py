@@ -41,6 +41,7 @@ def clip(text: str, limit: int = MAX_TAG_VALUE) -> str:
 def _check_key(key: Any, what: str, validator) -> None:
     if not isinstance(key, str) or not key:
         raise ValueError(f"{what} key must be a non-empty string, got {key!r}")
+    _check_encodable(key, f"{what} key")
     if len(key) > MAX_KEY_LENGTH:
         raise ValueError(f"{what} key {key[:40]!r}... is {len(key)} characters; MLflow allows {MAX_KEY_LENGTH}")
     try:
@@ -49,9 +50,21 @@ def _check_key(key: Any, what: str, validator) -> None:
         raise ValueError(f"{what} key {key!r} is not accepted by MLflow: {exc.message}") from None
 
 
+def _check_encodable(value: str, what: str) -> None:
+    """Refuse text no store keeps faithfully: NUL (PostgreSQL refuses it) and text that is not
+    UTF-8 (lone surrogates, from command-line bytes that were not UTF-8)."""
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL character, which tracking stores cannot keep")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid UTF-8 text") from None
+
+
 def _check_text(value: Any, what: str, limit: int) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    _check_encodable(value, what)
     if len(value) > limit:
         raise ValueError(
             f"{what} is {len(value)} characters; MLflow keeps at most {limit} and would truncate it"
@@ -251,8 +264,10 @@ def log_attempt(
     result = _check_result(ok=ok, latency_ms=latency_ms, quality=quality, failure=failure,
                            validity=validity, metrics=metrics, step_times_ms=step_times_ms, tags=tags)
     creation_tags = _creation_tags(group, arm, attempt_id, parent_run_id, environment)
-    if experiment_name is not None and (not isinstance(experiment_name, str) or not experiment_name.strip()):
-        raise ValueError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
+    if experiment_name is not None:
+        if not isinstance(experiment_name, str) or not experiment_name.strip():
+            raise ValueError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
+        _check_encodable(experiment_name, "experiment_name")
     mlflow_client = _client.client()
     payload = {
         "attempt_id": creation_tags[TAG.ATTEMPT_ID], "group": group, "arm": arm,

@@ -50,6 +50,8 @@ def client() -> MlflowClient:
 
 def is_unreachable(exc: BaseException) -> bool:
     """Whether an error means the tracking server could not be reached (refused, timed out, down)."""
+    if "too many 5" in str(exc) or "ResponseError" in str(exc):
+        return False  # the server answered, with errors: replaying would meet them again
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

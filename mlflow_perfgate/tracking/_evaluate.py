@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import tempfile
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -440,7 +443,13 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         return result
     decision_run_id, reparent = _decision_target(parent, mlflow_client, experiment_id, group)
     result["decision_run_id"] = decision_run_id
-    _write_decision(mlflow_client, decision_run_id, result)
+    try:
+        _write_decision(mlflow_client, decision_run_id, result)
+    except BaseException:
+        if decision_run_id != (parent.info.run_id if parent is not None else None):
+            with contextlib.suppress(Exception):  # no half-written decision run stays listed
+                mlflow_client.delete_run(decision_run_id)
+        raise
     if reparent:
         for view in views:
             if view.parent_run_id != decision_run_id:
@@ -465,24 +474,34 @@ def _write_decision(mlflow_client, run_id: str, result: dict) -> None:
         baseline_value=_param_text(result["baseline_value"]),
         candidate_value=_param_text(result["candidate_value"]),
     )
-    note = _report.decision_markdown(result)
-    tags = {
-        TAG.KIND: KIND_DECISION,
-        TAG.GROUP: result["group"],
-        TAG.GROUP_KEY: group_key(result["group"]),
-        TAG.DECISION: result["decision"],
-        TAG.REASON: result["reason"],
-        TAG.FAILED_CHECKS: ",".join(result["failed_checks"]),
-        TAG.CHANGED_VARIABLE: _param_text(result["changed_variable"]),
-        TAG.OBJECTIVE: result["objective"],
-        "perfgate.method": result["method"],
-        "perfgate.mode": result["mode"],
-        **({"perfgate.seed_decision": result["seed"]["decision"],
-            "perfgate.robust_decision": result["robust"]["decision"]} if result.get("robust") else {}),
-        TAG.NOTE: _report.fit_note(note),
-    }
-    now = int(time.time() * 1000)
-    metrics = [Metric(k, v, now, 0) for k, v in _summary_metrics(result).items()]
-    _client.log_batch(mlflow_client, run_id, params=params, metrics=metrics, tags=tags)
-    _report.log_artifacts(mlflow_client, run_id, result, note)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        note = _report.decision_markdown(result)
+        _report.prepare_artifacts(result, note, folder)  # may add a warning: render the note after
+        note = _report.decision_markdown(result)
+        (folder / "report.md").write_text(note)
+        tags = {
+            TAG.KIND: KIND_DECISION,
+            TAG.GROUP: result["group"],
+            TAG.GROUP_KEY: group_key(result["group"]),
+            TAG.DECISION: result["decision"],
+            TAG.REASON: result["reason"],
+            TAG.FAILED_CHECKS: ",".join(result["failed_checks"]),
+            TAG.CHANGED_VARIABLE: _param_text(result["changed_variable"]),
+            TAG.OBJECTIVE: result["objective"],
+            "perfgate.method": result["method"],
+            "perfgate.mode": result["mode"],
+            **({"perfgate.seed_decision": result["seed"]["decision"],
+                "perfgate.robust_decision": result["robust"]["decision"]} if result.get("robust") else {}),
+            TAG.NOTE: _report.fit_note(note),
+        }
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, 0) for k, v in _summary_metrics(result).items() if math.isfinite(v)]
+        try:
+            _client.log_batch(mlflow_client, run_id, params=params, metrics=metrics, tags=tags)
+            _report.log_artifacts(mlflow_client, run_id, result, folder)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+            raise
     _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED)))

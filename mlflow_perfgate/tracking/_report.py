@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 
 from ._schema import ARMS, MAX_TAG_VALUE
 
-__all__ = ["decision_markdown", "fit_note", "log_artifacts", "write_step_summary", "latency_plot"]
+__all__ = ["decision_markdown", "fit_note", "prepare_artifacts", "log_artifacts", "write_step_summary", "latency_plot"]
 
 ARTIFACT_DIR = "perfgate"
 HEADLINES = {
@@ -121,6 +122,16 @@ def latency_plot(result: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
+    try:
+        _draw(ax, result)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _draw(ax, result: dict) -> None:
     attempts = result.get("attempts", [])
     for x, arm in enumerate(ARMS):
         ok = [a["latency_ms"] for a in attempts if a["arm"] == arm and a["ok"]]
@@ -142,10 +153,6 @@ def latency_plot(result: dict, path: Path) -> Path:
     ax.set_ylabel("latency (ms)")
     ax.set_title(f"{result['group'][:60]}: {result['decision']}")
     ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 def attempts_table(result: dict) -> dict:
@@ -154,14 +161,35 @@ def attempts_table(result: dict) -> dict:
     return {c: [a.get(c) for a in result.get("attempts", [])] for c in columns}
 
 
-def log_artifacts(mlflow_client, run_id: str, result: dict, note: str) -> None:
-    """decision.json, report.md, latency.png and the attempts table, on the decision run."""
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        (folder / "decision.json").write_text(json.dumps(result, indent=2, default=str, allow_nan=False))
-        (folder / "report.md").write_text(note)
+def _json_safe(value):
+    """Non-finite floats become null: the artifact stays valid JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def prepare_artifacts(result: dict, note: str, folder: Path) -> None:
+    """Write decision.json, report.md and latency.png into ``folder``, before anything is logged.
+
+    A plot that cannot be drawn (latencies near the float limit, say) costs the plot alone,
+    with a warning in the result: never the decision.
+    """
+    try:
         latency_plot(result, folder / "latency.png")
-        mlflow_client.log_artifacts(run_id, str(folder), ARTIFACT_DIR)
+    except Exception as exc:  # matplotlib's own limits; the figures stay in the JSON and the table
+        (folder / "latency.png").unlink(missing_ok=True)
+        result.setdefault("warnings", []).append(f"latency plot not drawn: {type(exc).__name__}: {exc}")
+    (folder / "decision.json").write_text(json.dumps(_json_safe(result), indent=2, default=str, allow_nan=False))
+    (folder / "report.md").write_text(note)
+
+
+def log_artifacts(mlflow_client, run_id: str, result: dict, folder: Path) -> None:
+    """The prepared files and the attempts table, on the decision run."""
+    mlflow_client.log_artifacts(run_id, str(folder), ARTIFACT_DIR)
     mlflow_client.log_table(run_id, data=attempts_table(result), artifact_file=f"{ARTIFACT_DIR}/attempts.json")
 
 
