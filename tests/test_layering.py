@@ -51,3 +51,20 @@ def test_rules_all_is_sorted_and_exact():
         assert hasattr(rules, name), name
     for name in SPEC_FUNCTIONS:
         assert callable(getattr(rules, name)), name
+
+
+def test_exported_members_resolve_and_are_sorted():
+    import mlflow_perfgate
+    import mlflow_perfgate.tracking
+    import mlflow_perfgate.workloads
+
+    for module in (mlflow_perfgate, mlflow_perfgate.tracking, mlflow_perfgate.workloads):
+        assert module.__all__ == sorted(module.__all__)
+        for name in module.__all__:
+            assert getattr(module, name) is not None, f"{module.__name__}.{name}"
+    assert {"log_attempt", "attempt", "evaluate_group", "decisions"} <= set(mlflow_perfgate.__all__)
+
+
+def test_importing_the_package_loads_no_mlflow():
+    code = "import sys, mlflow_perfgate; assert 'mlflow' not in sys.modules and 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

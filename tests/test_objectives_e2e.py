@@ -15,7 +15,7 @@ def test_checkpointing_accepted_on_memory_and_rejected_on_latency(sqlite_uri):
     # A generous latency budget: on a shared 2-core machine checkpointing's cost swings widely;
     # what this test pins is that the objective, not the noise, changes the verdict.
     memory = compare("tinylm", SHAPE, {"checkpoint": True}, attempts=3, supervised=False, progress=False,
-                     objective="memory", min_valid_runs=3, maximum_latency_cost=2.0, env_mismatch="warn")
+                     objective="memory", min_valid_runs=3, maximum_latency_cost=10.0, env_mismatch="warn")
     assert memory["objective"] == "memory"
     assert memory["memory_reduction"] >= 0.10, memory["messages"]
     assert memory["decision"] == "accept", memory["messages"]
