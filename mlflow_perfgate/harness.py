@@ -7,6 +7,7 @@ rules through ``evaluate_group``.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -45,16 +46,16 @@ def _base_conditions(workload: str, conditions: dict, attempts: int) -> dict:
     base = dict(DEFAULT_CONDITIONS) if workload == "tinylm" else {}
     base.update(conditions)
     if "input_shape" in conditions and "batch_size" not in conditions and workload == "tinylm":
-        shape = rules_shape(conditions["input_shape"])
+        shape = _shape(conditions["input_shape"])
         if shape:
             base["batch_size"] = shape[0]
     base["repeats"] = attempts
     return base
 
 
-def rules_shape(value: Any) -> list[int] | None:
+def _shape(value: Any) -> list[int] | None:
+    """``(4, 128)``, ``"4,128"``, ``"4x128"`` -> ``[4, 128]``; None when it is no shape."""
     from .tracking import canonical_value
-    import json
 
     try:
         parsed = json.loads(canonical_value(value))
@@ -91,7 +92,7 @@ def _gpu_name(conditions: dict) -> str:
 
 
 def _log_result(group: str, arm: str, conditions: dict, result, *, experiment_name, parent_run_id) -> str | None:
-    from .tracking import AttemptDeferred, log_attempt
+    from .tracking import TAG, AttemptDeferred, log_attempt
 
     metrics = {}
     if result.peak_mem_mib is not None:
@@ -103,9 +104,9 @@ def _log_result(group: str, arm: str, conditions: dict, result, *, experiment_na
     environment = {"gpu_name": _gpu_name(conditions)}
     if result.torch_threads is not None:
         environment["torch_threads"] = result.torch_threads
-    tags = {"perfgate.mem_status": result.mem_status} if result.mem_status else {}
+    tags = {TAG.MEM_STATUS: result.mem_status} if result.mem_status else {}
     if result.failure_detail and not result.ok:
-        tags["perfgate.failure_detail"] = result.failure_detail[-7900:]
+        tags[TAG.FAILURE_DETAIL] = result.failure_detail[-7900:]
     try:
         return log_attempt(
             group, arm, conditions, latency_ms=result.latency_ms if result.ok else None,
@@ -178,8 +179,7 @@ def compare(
         raise ValueError(f"objective must be one of latency, memory, throughput; got {objective!r}")
     group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
-                                     workload=workload,
-                                     extra_tags={"mlflow.parentRunId": parent_run_id} if parent_run_id else None)
+                                     workload=workload, parent_run_id=parent_run_id)
     arms = {"baseline": base, "candidate": candidate}
 
     def run_block(order: list[str], bar) -> None:
@@ -202,7 +202,7 @@ def compare(
                                          **evaluate_kwargs)
                 if interim["decision"] != "rerun" or done >= max_attempts:
                     break
-                if interim["reason"] not in ("insufficient_valid_runs", "inconclusive", "not_significant"):
+                if interim["reason"] not in ("insufficient_valid_runs", "inconclusive"):
                     break
                 extra = min(2, max_attempts - done)
                 bar.total += 2 * extra
@@ -228,7 +228,7 @@ def _max_looks(attempts: int, max_attempts: int | None) -> int:
     return 1 + -(-(max_attempts - attempts) // 2)
 
 
-def candidate_change_for(synthesis: dict, baseline: dict, time_record: dict | None = None) -> dict | None:
+def candidate_change_for(synthesis: dict, baseline: dict) -> dict | None:
     """The single change a hypothesis calls for (documented in the README).
 
     - memory pressure (``primary_signal == 'memory'``): activation checkpointing,
@@ -322,12 +322,11 @@ def diagnose(
             close()
     synthesis = rules.synthesize_evidence(bundle, capacity_alert_ratio=capacity_alert_ratio,
                                           hotspot_alert_share_pct=hotspot_alert_share_pct)
-    change = candidate_change_for(synthesis, base, bundle.get("time"))
+    change = candidate_change_for(synthesis, base)
     plan = rules.design_single_variable_experiment(synthesis, base, change)
     objective = rules.objective_for_signal(synthesis.get("primary_signal", "none"))
     run_id = log_diagnosis(bundle, synthesis, plan, experiment_name=experiment_name, files=files,
-                           tags={"perfgate.objective": objective, "perfgate.workload": workload,
-                                 **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})})
+                           objective=objective, workload=workload, parent_run_id=parent_run_id)
     for path in files.values():
         try:
             os.remove(path)

@@ -15,9 +15,11 @@ import os
 import platform
 import subprocess
 
+from ._schema import TAG
+
 __all__ = ["fingerprint", "ENV_TAG_PREFIX", "env_from_tags", "compare_fingerprints", "ENV_MISMATCH_MODES"]
 
-ENV_TAG_PREFIX = "perfgate.env."
+ENV_TAG_PREFIX = TAG.ENV_PREFIX
 ENV_MISMATCH_MODES = ("fail", "warn", "ignore")
 #: A changed variable that legitimately changes a fingerprint key (the variable under test).
 _EXCUSES = {

@@ -489,10 +489,10 @@ def _write_decision(mlflow_client, run_id: str, result: dict) -> None:
             TAG.FAILED_CHECKS: ",".join(result["failed_checks"]),
             TAG.CHANGED_VARIABLE: _param_text(result["changed_variable"]),
             TAG.OBJECTIVE: result["objective"],
-            "perfgate.method": result["method"],
-            "perfgate.mode": result["mode"],
-            **({"perfgate.seed_decision": result["seed"]["decision"],
-                "perfgate.robust_decision": result["robust"]["decision"]} if result.get("robust") else {}),
+            TAG.METHOD: result["method"],
+            TAG.MODE: result["mode"],
+            **({TAG.SEED_DECISION: result["seed"]["decision"],
+                TAG.ROBUST_DECISION: result["robust"]["decision"]} if result.get("robust") else {}),
             TAG.NOTE: _report.fit_note(note),
         }
         now = int(time.time() * 1000)

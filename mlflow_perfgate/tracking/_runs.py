@@ -4,22 +4,32 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
-from mlflow.entities import RunStatus
+from mlflow.entities import Metric, RunStatus
 
 from . import _client
-from ._schema import KIND_COMPARISON, KIND_DIAGNOSIS, MAX_PARAM_VALUE, TAG, canonical_conditions, group_key
+from ._schema import (
+    KIND_COMPARISON,
+    KIND_DIAGNOSIS,
+    MAX_PARAM_VALUE,
+    MAX_TAG_VALUE,
+    TAG,
+    canonical_conditions,
+    group_key,
+)
 
 __all__ = ["start_comparison", "end_run", "log_diagnosis"]
 
 
 def start_comparison(group: str, conditions: dict, changed_variable: str, *, objective: str = "latency",
                      experiment_name: str | None = None, workload: str | None = None,
-                     extra_tags: dict | None = None) -> str:
+                     parent_run_id: str | None = None) -> str:
     """Create the comparison run under which attempts nest and onto which the decision is written.
 
     Its params are the baseline's fixed conditions (the UI lines them up with the attempts').
+    ``parent_run_id`` nests it (under the ``mlflow run`` project run, say).
     """
     if not isinstance(group, str) or not group.strip():
         raise ValueError(f"group must be a non-empty string, got {group!r}")
@@ -28,7 +38,8 @@ def start_comparison(group: str, conditions: dict, changed_variable: str, *, obj
     tags = {
         TAG.KIND: KIND_COMPARISON, TAG.COMPARISON: "true", TAG.GROUP: group, TAG.GROUP_KEY: group_key(group),
         TAG.OBJECTIVE: objective, TAG.CHANGED_VARIABLE: changed_variable,
-        **({"perfgate.workload": workload} if workload else {}), **(extra_tags or {}),
+        **({TAG.WORKLOAD: workload} if workload else {}),
+        **({TAG.PARENT: parent_run_id} if parent_run_id else {}),
     }
     run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=f"compare {group[:60]}"))
     params = {key: value[:MAX_PARAM_VALUE] for key, value in canonical_conditions(conditions).items()
@@ -44,11 +55,15 @@ def end_run(run_id: str, status: str = "FINISHED") -> None:
 
 
 def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name: str | None = None,
-                  files: dict | None = None, tags: dict | None = None) -> str:
+                  files: dict | None = None, objective: str | None = None, workload: str | None = None,
+                  parent_run_id: str | None = None) -> str:
     """Log a diagnosis run: the evidence bundle, the synthesis and the plan as JSON artifacts.
 
     Args:
-        files: extra artifacts ``{artifact_subdir: local_path}`` (profiler table and trace).
+        files: extra artifacts ``{name: local_path}`` (profiler table and trace).
+        objective: the objective the plan's comparison should be judged on.
+        workload: the workload's name.
+        parent_run_id: a run to nest the diagnosis under.
 
     Returns:
         The run id.
@@ -57,12 +72,14 @@ def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name:
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=True)
     run_tags = {
         TAG.KIND: KIND_DIAGNOSIS,
-        "perfgate.status": str(synthesis.get("status")),
-        "perfgate.primary_signal": str(synthesis.get("primary_signal")),
-        "perfgate.hypothesis": str(synthesis.get("hypothesis"))[:8000],
-        "perfgate.plan_action": str(plan.get("action")),
+        TAG.STATUS: str(synthesis.get("status")),
+        TAG.PRIMARY_SIGNAL: str(synthesis.get("primary_signal")),
+        TAG.HYPOTHESIS: str(synthesis.get("hypothesis"))[:MAX_TAG_VALUE],
+        TAG.PLAN_ACTION: str(plan.get("action")),
         TAG.NOTE: _diagnosis_note(synthesis, plan),
-        **(tags or {}),
+        **({TAG.OBJECTIVE: objective} if objective else {}),
+        **({TAG.WORKLOAD: workload} if workload else {}),
+        **({TAG.PARENT: parent_run_id} if parent_run_id else {}),
     }
     if plan.get("changed_variable"):
         run_tags[TAG.CHANGED_VARIABLE] = str(plan["changed_variable"])
@@ -75,9 +92,6 @@ def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name:
             "reserved_mib": bundle.get("memory", {}).get("reserved_mib"),
             "capacity_mib": bundle.get("memory", {}).get("capacity_mib"),
         }
-        from mlflow.entities import Metric
-        import time
-
         now = int(time.time() * 1000)
         metrics = [Metric(k, float(v), now, 0) for k, v in metrics_source.items() if isinstance(v, (int, float))]
         _client.log_batch(mlflow_client, run_id, params=params, metrics=metrics)
