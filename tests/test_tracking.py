@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
+from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
 import mlflow_perfgate as pg
@@ -96,8 +98,8 @@ def test_blocked_by_correctness_comes_first(sqlite_uri):
 def _bare_run(group, arm, status=None, start_time=None):
     """A run as a crashed process leaves it: tags only, never reported."""
     client = MlflowClient()
-    experiment_id = client.get_experiment_by_name(__import__("os").environ["MLFLOW_EXPERIMENT_NAME"]).experiment_id \
-        if __import__("os").environ.get("MLFLOW_EXPERIMENT_NAME") else "0"
+    name = os.environ.get("MLFLOW_EXPERIMENT_NAME")
+    experiment_id = client.get_experiment_by_name(name).experiment_id if name else "0"
     run = client.create_run(experiment_id, start_time=start_time, tags={
         TAG.KIND: "attempt", TAG.GROUP: group, TAG.ARM: arm})
     if status:
@@ -218,8 +220,7 @@ def test_non_finite_stored_latency_is_refused_not_judged(sqlite_uri):
     client = MlflowClient()
     log_series("g-inf")
     run_id = _bare_run("g-inf", "candidate")
-    client.log_batch(run_id, params=[__import__("mlflow").entities.Param(k, pg.tracking.canonical_value(v))
-                                     for k, v in CANDIDATE.items()])
+    client.log_batch(run_id, params=[Param(k, pg.tracking.canonical_value(v)) for k, v in CANDIDATE.items()])
     client.log_metric(run_id, "latency_ms", float("inf"))
     client.log_metric(run_id, "quality", 0.9)
     client.set_tag(run_id, TAG.OK, "true")

@@ -8,7 +8,7 @@ import time
 from mlflow.entities import RunStatus, ViewType
 
 from . import _client, _journal
-from ._attempts import clip, write_payload
+from ._attempts import _experiment_env, clip, write_payload
 from ._evaluate import group_filter
 from ._schema import KIND_ATTEMPT, TAG
 
@@ -40,8 +40,6 @@ def sync() -> dict:
     counts = {"pending_before": len(entries), "sent": 0, "already_present": 0}
     present: dict[tuple, set] = {}
     for entry in entries:
-        from ._attempts import _experiment_env
-
         with _experiment_env(entry.get("experiment_env") or {}):
             experiment_id = _client.resolve_experiment(mlflow_client, entry["experiment_name"], create=True)
         key = (experiment_id, entry["group"])
