@@ -1,42 +1,76 @@
-"""The rules of the specification: pure functions over plain dicts.
+"""The rules of the specification and the decisions built on them: pure functions and records.
 
 This package is the one place where a number becomes a verdict. It imports neither mlflow nor
 torch, so it runs (and is tested) anywhere, and the tracking and workload layers build on it.
+
+``__all__`` holds the specification's eight functions and the rule functions of the first
+release (their plain-dict contract). The records and registries of a decision (``Policy``,
+``ArmSummary``, ``Check``, ``Decision``, ``Method``, ``Objective``, ``Figure``, ``Setting``,
+``judge``, ``register_method``, ``register_objective``) are importable from here too and are
+exported at the top level, ``mlflow_perfgate``; the errors live in ``mlflow_perfgate.errors``.
+
+Names load on first use, so that ``from mlflow_perfgate.rules import Policy`` (the command
+line's fast path) imports no statistics library.
 """
 
-from ._errors import RuleTypeError
-from ._evidence import synthesize_evidence, top_hotspots, validate_validity_report
-from ._decide import METHODS, decide
-from ._explain import explain_checks
-from ._objectives import OBJECTIVES, evaluate_objective, objective_for_signal
-from ._experiment import changed_keys, design_single_variable_experiment
-from ._robust import MODES, evaluate_robust, evaluate_seed_non_regression, flag_contention, hodges_lehmann_ratio, recommended_attempts
-from ._sequential import sequential_alpha, sequential_thresholds
-from ._regression import DEFAULT_THRESHOLDS, evaluate_regression, percentile, summarize_repeated_runs
+from __future__ import annotations
 
-__all__ = sorted([
-    "DEFAULT_THRESHOLDS",
-    "METHODS",
-    "MODES",
-    "OBJECTIVES",
-    "RuleTypeError",
-    "changed_keys",
-    "decide",
-    "design_single_variable_experiment",
-    "evaluate_objective",
-    "evaluate_regression",
-    "evaluate_robust",
-    "evaluate_seed_non_regression",
-    "explain_checks",
-    "flag_contention",
-    "hodges_lehmann_ratio",
-    "objective_for_signal",
-    "percentile",
-    "recommended_attempts",
-    "sequential_alpha",
-    "sequential_thresholds",
-    "summarize_repeated_runs",
-    "synthesize_evidence",
-    "top_hotspots",
-    "validate_validity_report",
-])
+import importlib
+
+_SPEC_AND_RULES = {
+    "DEFAULT_THRESHOLDS": "_policy",
+    "METHODS": "_registry",
+    "MODES": "_policy",
+    "OBJECTIVES": "_registry",
+    "RuleTypeError": "_errors",
+    "changed_keys": "_experiment",
+    "decide": "_decide",
+    "design_single_variable_experiment": "_experiment",
+    "evaluate_objective": "_objectives",
+    "evaluate_regression": "_regression",
+    "evaluate_robust": "_robust",
+    "evaluate_seed_non_regression": "_regression",
+    "explain_checks": "_explain",
+    "flag_contention": "_stats",
+    "hodges_lehmann_ratio": "_stats",
+    "objective_for_signal": "_objectives",
+    "percentile": "_regression",
+    "recommended_attempts": "_stats",
+    "sequential_alpha": "_sequential",
+    "sequential_thresholds": "_sequential",
+    "summarize_repeated_runs": "_regression",
+    "synthesize_evidence": "_evidence",
+    "top_hotspots": "_evidence",
+    "validate_validity_report": "_evidence",
+}
+#: The records and registries (exported at the top level, ``mlflow_perfgate``).
+_RECORDS = {
+    "ArmSummary": "_records",
+    "Check": "_records",
+    "Decision": "_records",
+    "Figure": "_registry",
+    "Method": "_registry",
+    "Objective": "_registry",
+    "Policy": "_policy",
+    "Setting": "_policy",
+    "judge": "_decide",
+    "register_method": "_registry",
+    "register_objective": "_registry",
+    "unregister_method": "_registry",
+    "unregister_objective": "_registry",
+}
+
+__all__ = sorted(_SPEC_AND_RULES)
+
+
+def __getattr__(name: str):
+    module_name = _SPEC_AND_RULES.get(name) or _RECORDS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'mlflow_perfgate.rules' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module_name}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SPEC_AND_RULES) | set(_RECORDS))

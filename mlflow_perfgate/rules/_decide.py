@@ -1,106 +1,97 @@
-"""One entry point for a decision: objective x method x mode, both methods' figures kept."""
+"""One entry point for a decision: a :class:`Policy` over the method and objective registries."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from ._checks import contention_flags
 from ._errors import typed_inputs
-from ._explain import explain_checks
-from ._objectives import OBJECTIVES, evaluate_objective
-from ._regression import evaluate_regression
-from ._robust import MODES, evaluate_robust, evaluate_seed_non_regression, explain_robust_checks, flag_contention
-from ._sequential import sequential_thresholds
+from ._policy import Policy
+from ._records import ArmSummary, Decision
+from ._registry import METHODS, OBJECTIVES, Method
 
-__all__ = ["METHODS", "decide"]
+__all__ = ["METHODS", "companion", "decide", "judge"]
 
-METHODS = ("seed", "robust")
-#: The robust method's figures that every latency decision reports, whichever method decides.
-ROBUST_FIGURES = ("p_value", "ratio_estimate", "ratio_ci_low", "ratio_ci_high", "p95_p_value", "alpha", "confidence")
-SEED_FIGURES = ("baseline_noise", "required_improvement", "observed_improvement")
+
+def companion(decision: Decision, method: Method) -> dict[str, Any]:
+    """A method's short answer beside another's: its decision, reason and declared figures."""
+    values = {**decision.figures, **decision.advice}
+    return {"decision": decision.verdict, "reason": decision.reason,
+            **{figure.name: values[figure.name] for figure in method.figures if figure.name in values}}
+
+
+def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: int | None = None,
+          max_looks: int | None = None) -> Decision:
+    """Judge one comparison under ``policy``; the :class:`Decision` record.
+
+    Each arm is summarised once (with the objective's metric). The policy's method decides.
+    When several registered methods judge the objective in the policy's mode, each one's short
+    answer and figures are kept as companions, whichever decides, so a decision run shows what
+    the others would have said. The advice holds the contention flags (never removals) and the
+    attempts per arm that would likely settle a rerun (the first method that estimates them).
+
+    Args:
+        baseline_runs, candidate_runs: attempt records (``ok``, ``latency_ms``, ``quality``,
+            ``failure``, the objective's metric, ``pair``).
+        policy: how to decide.
+        look, max_looks: the look of a sequential comparison (``compare --until-decisive``);
+            statistical methods spend their error rates across the looks.
+    """
+    objective = OBJECTIVES[policy.objective]
+    b = ArmSummary.from_runs(baseline_runs, objective.metrics)
+    c = ArmSummary.from_runs(candidate_runs, objective.metrics)
+    decision = METHODS[policy.method].rule(b, c, policy, objective, look=look, max_looks=max_looks)
+    judges = [name for name in METHODS if METHODS[name].judges(objective.name) and policy.mode in METHODS[name].modes]
+    companions = {}
+    if len(judges) > 1:
+        for name in judges:
+            other = decision if name == policy.method else METHODS[name].rule(
+                b, c, policy, objective, look=look, max_looks=max_looks)
+            companions[name] = companion(other, METHODS[name])
+    advice = dict(decision.advice)
+    if "recommended_attempts" not in advice:
+        advice["recommended_attempts"] = next(
+            (summary["recommended_attempts"] for summary in companions.values() if "recommended_attempts" in summary),
+            None)
+    advice.setdefault("contention", contention_flags(b, c))
+    figures = dict(decision.figures)
+    if "non_regression" in objective.modes:
+        figures.setdefault("margin", policy.margin)
+    return dataclasses.replace(decision, advice=advice, companions=companions, figures=figures)
 
 
 @typed_inputs
 def decide(baseline_runs: list, candidate_runs: list, *, objective: str = "latency", method: str = "seed",
-           mode: str = "improvement", margin: float = 0.05, alpha: float | None = None,
+           mode: str = "improvement", margin: float | None = 0.05, alpha: float | None = None,
            confidence: float | None = None, look: int | None = None, max_looks: int | None = None,
-           min_memory_reduction: float | None = None, maximum_latency_cost: float | None = None,
            **thresholds) -> dict:
-    """Judge one comparison.
+    """Judge one comparison: objective x method x mode, every judging method's figures kept.
 
     - ``objective="latency"``: ``method="seed"`` is the specification's rule, exact
       (:func:`evaluate_regression`; in ``mode="non_regression"``
       :func:`evaluate_seed_non_regression`); ``method="robust"`` is :func:`evaluate_robust`.
-      Both are computed and the other's figures are kept under ``seed`` / ``robust``
-      (decision, p-value, interval, noise proxy), whichever decides.
+      Both are computed and the other's figures are kept under ``seed`` / ``robust``.
     - ``objective="memory"`` or ``"throughput"``: :func:`evaluate_objective` (improvement
       mode, the specification-style rule on the objective's figure).
 
-    With ``look`` and ``max_looks`` (repeated looks of ``compare --until-decisive``), the robust
-    method's ``alpha`` and interval confidence are spent across the looks
-    (:func:`sequential_thresholds`, O'Brien-Fleming-type spending) so the overall error rates
-    stay at their nominal levels.
+    A thin wrapper of :func:`judge` with a :class:`Policy` made of the keyword arguments
+    (``None`` means the default).
 
     Returns:
         The deciding rule's result plus ``objective``, ``method``, ``mode``, ``messages``,
-        ``seed``, ``robust`` (for latency), ``contention`` (indices of flagged successful
-        attempts per arm) and ``recommended_attempts``.
+        ``failed_checks``, the companions (``seed``, ``robust`` for latency), ``contention``
+        (indices of flagged successful attempts per arm) and ``recommended_attempts``.
 
     Raises:
-        ValueError: an unknown objective, method or mode, or a combination the rules do not
-            define (memory/throughput with the robust method or the non-regression mode).
+        ValueError: an unknown objective, method or mode, a combination the methods do not
+            judge (memory/throughput with the robust method or the non-regression mode), a
+            threshold out of range or an invalid record.
+        KeyError: a successful attempt misses ``latency_ms``, ``quality`` or the objective's metric.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
-    if objective != "latency":
-        if method != "seed" or mode != "improvement":
-            raise ValueError(f"the {objective} objective is judged by the seed method in improvement mode; "
-                             f"got method={method!r}, mode={mode!r}")
-        extra = {k: v for k, v in (("min_memory_reduction", min_memory_reduction),
-                                   ("maximum_latency_cost", maximum_latency_cost)) if v is not None}
-        result = evaluate_objective(baseline_runs, candidate_runs, objective, **thresholds, **extra)
-        result.setdefault("messages", {})
-        return {**result, "method": "seed", "mode": mode, "contention": _contention(baseline_runs, candidate_runs),
-                "recommended_attempts": None}
-
-    robust_kwargs = {}
-    if alpha is not None:
-        robust_kwargs["alpha"] = alpha
-    if confidence is not None:
-        robust_kwargs["confidence"] = confidence
-    if look is not None and max_looks is not None and max_looks > 1:
-        robust_kwargs = sequential_thresholds(look, max_looks, **robust_kwargs)
-    robust = evaluate_robust(baseline_runs, candidate_runs, mode=mode, margin=margin, **robust_kwargs, **thresholds)
-    if mode == "improvement":
-        seed = evaluate_regression(baseline_runs, candidate_runs, **thresholds)
-    else:
-        seed = evaluate_seed_non_regression(baseline_runs, candidate_runs, margin=margin, **thresholds)
-    quality_tolerance = thresholds.get("quality_tolerance", 0.01)
-    if method == "seed":
-        result = dict(seed)
-        result["messages"] = explain_checks(seed, quality_tolerance)
-    else:
-        result = dict(robust)
-        result["messages"] = explain_robust_checks(robust, quality_tolerance)
-    result.update(
-        objective="latency", method=method, mode=mode, margin=margin,
-        seed={"decision": seed["decision"], "reason": seed["reason"],
-              **{k: seed[k] for k in SEED_FIGURES if k in seed}},
-        robust={"decision": robust["decision"], "reason": robust["reason"],
-                "recommended_attempts": robust.get("recommended_attempts"),
-                **{k: robust[k] for k in ROBUST_FIGURES if k in robust}},
-        recommended_attempts=robust.get("recommended_attempts"),
-        contention=robust.get("contention") or _contention(baseline_runs, candidate_runs),
-    )
+    policy = Policy(objective=objective, method=method, mode=mode, margin=margin, alpha=alpha,
+                    confidence=confidence, **thresholds)
+    decision = judge(baseline_runs, candidate_runs, policy, look=look, max_looks=max_looks)
+    result = decision.to_dict()
     result.setdefault("failed_checks", [])
     return result
-
-
-def _contention(baseline_runs: list, candidate_runs: list) -> dict:
-    flags = {}
-    for arm, runs in (("baseline", baseline_runs), ("candidate", candidate_runs)):
-        ok = [index for index, run in enumerate(runs) if run["ok"]]
-        latencies = [runs[index]["latency_ms"] for index in ok]
-        flags[arm] = [ok[i] for i in flag_contention(latencies)] if latencies else []
-    return flags

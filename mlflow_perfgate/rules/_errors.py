@@ -1,4 +1,26 @@
-"""Errors raised by the rules layer."""
+"""The errors of mlflow-perfgate, and the helpers that raise them with the field's name.
+
+The tree (every class is also a ``ValueError``, so code written against the first release's
+"everything is a ValueError" keeps working)::
+
+    ValueError
+     +-- PerfgateError              something the user can fix; the CLI prints it in one line, exit 2
+          +-- InputError            a bad argument, option, record, condition or stored value
+          |    +-- RuleTypeError    a field holds a value of the wrong type (also a TypeError)
+          |    +-- MissingField     a required field or metric is absent (also a KeyError)
+          |    +-- PolicyError      a threshold or decision option out of its range
+          |    +-- FormatError      stored JSON (journal, child result, decision.json) of an unknown format
+          +-- SingleVariableError   the arms do not differ in exactly one condition
+          +-- EnvironmentMismatch   the arms ran in environments that differ beyond the changed variable
+          +-- StoreError            the tracking store could not do what was asked
+               +-- StoreRefused     it answered and refused (HTTP 401/403, a run that does not exist, ...)
+               +-- StoreUnavailable it could not be reached (refused connection, timeout, 502/503)
+
+Any other exception that reaches the command line is a bug: it is shown with its traceback.
+
+The specification's eight functions keep its contract: they raise plain ``ValueError`` and
+``KeyError`` exactly where it does (``RuleTypeError`` where its code would raise ``TypeError``).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +28,34 @@ import functools
 import math
 from typing import Any
 
-__all__ = ["RuleTypeError", "check_finite", "compare", "typed_inputs"]
+__all__ = [
+    "EnvironmentMismatch",
+    "FormatError",
+    "InputError",
+    "MissingField",
+    "PerfgateError",
+    "PolicyError",
+    "RuleTypeError",
+    "SingleVariableError",
+    "StoreError",
+    "StoreRefused",
+    "StoreUnavailable",
+    "check_finite",
+    "check_unit_interval",
+    "compare",
+    "typed_inputs",
+]
 
 
-class RuleTypeError(ValueError, TypeError):
+class PerfgateError(ValueError):
+    """Something the user can fix. Its message says what and, where it can, how."""
+
+
+class InputError(PerfgateError):
+    """A bad argument, option, record, condition or stored value."""
+
+
+class RuleTypeError(InputError, TypeError):
     """A field holds a value of the wrong type.
 
     The specification's code raises ``TypeError`` where a field is not a number (it fails inside
@@ -18,12 +64,53 @@ class RuleTypeError(ValueError, TypeError):
     """
 
 
+class MissingField(InputError, KeyError):
+    """A required field or metric is absent (also a ``KeyError``, as the specification raises)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PolicyError(InputError):
+    """A threshold or decision option is out of its range; the message names the field and the range."""
+
+
+class FormatError(InputError):
+    """Stored JSON (a journal line, a child's result, ``decision.json``) is of a format this version cannot read."""
+
+
+class SingleVariableError(PerfgateError):
+    """Baseline and candidate do not differ in exactly one condition, or an arm's attempts disagree."""
+
+
+class EnvironmentMismatch(PerfgateError):
+    """The attempts ran in environments that differ beyond what the changed variable explains."""
+
+
+class StoreError(PerfgateError):
+    """The tracking store could not do what was asked."""
+
+
+class StoreRefused(StoreError):
+    """The store answered and refused: credentials, permissions, a run that does not exist."""
+
+
+class StoreUnavailable(StoreError, ConnectionError):
+    """The store could not be reached (connection refused, timeout, a proxy's 502/503)."""
+
+
 def check_finite(value: Any, field: str) -> bool:
     """``math.isfinite(value)``, with a named error for a value that is not a real number."""
     try:
         return math.isfinite(value)
     except TypeError:
         raise RuleTypeError(f"{field} must be a real number, got {type(value).__name__} {value!r}") from None
+
+
+def check_unit_interval(value: Any, field: str, error: type[Exception] = PolicyError) -> None:
+    """Raise ``error`` unless ``value`` is a finite number strictly between 0 and 1."""
+    if isinstance(value, bool) or not check_finite(value, field) or not 0 < value < 1:
+        raise error(f"{field} must be a float in the range (0; 1), got {value!r}")
 
 
 def compare(op, left: Any, right: Any, field: str) -> bool:

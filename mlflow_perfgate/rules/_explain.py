@@ -1,42 +1,36 @@
-"""Plain-language reasons for a decision: one message per check, naming both values and the threshold."""
+"""Messages for a result dict of the first release's shape (``explain_checks``, ``explain_robust_checks``).
+
+A :class:`~mlflow_perfgate.rules._records.Decision` carries its checks' messages already; these
+functions serve callers that hold only the dict. They read the figures the dict stores, with
+the same texts as the checks' own.
+"""
 
 from __future__ import annotations
 
-__all__ = ["explain_checks", "failure_rate_message", "quality_message", "pct", "ms"]
+from ._checks import failure_rate_text, quality_text
+from ._records import STATUS_WORDS, ms, pct
 
-VERDICT = {True: "ok", False: "FAILED", None: "INCONCLUSIVE"}
-
-
-def pct(value) -> str:
-    return "n/a" if value is None else f"{value * 100:.1f}%"
+__all__ = ["common_messages", "explain_checks", "ms", "pct"]
 
 
-def ms(value) -> str:
-    return "n/a" if value is None else f"{value:.4g} ms"
-
-
-_pct, _ms = pct, ms
-
-
-def failure_rate_message(passed, b: dict, c: dict, maximum_failure_rate: float) -> str:
-    """The failure-rate check's message: both arms' rates and the threshold."""
-    return (f"{VERDICT[passed]}: candidate failure rate {pct(c['failure_rate'])} ({c['failed_runs']} of "
-            f"{c['attempted_runs']}) against maximum_failure_rate {pct(maximum_failure_rate)} "
-            f"(baseline {pct(b['failure_rate'])})")
-
-
-def quality_message(passed, b: dict, c: dict, quality_tolerance: float | None) -> str:
-    """The quality check's message: both arms' quality and the tolerance."""
-    tolerance = "" if quality_tolerance is None else f" less quality_tolerance {quality_tolerance:g}"
-    return (f"{VERDICT[passed]}: candidate quality {c['quality']:.6g} against baseline "
-            f"{b['quality']:.6g}{tolerance}")
+def common_messages(result: dict, quality_tolerance: float | None) -> dict[str, str]:
+    """The failure-rate and quality messages of a result whose checks ran."""
+    b, c = result["baseline"], result["candidate"]
+    failure = {"candidate": c["failure_rate"], "baseline": b["failure_rate"],
+               "threshold": result["maximum_failure_rate"], "failed": c["failed_runs"],
+               "attempted": c["attempted_runs"]}
+    quality = {"candidate": c["quality"], "baseline": b["quality"], "tolerance": quality_tolerance}
+    return {
+        "failure_rate_ok": f"{STATUS_WORDS[result['failure_rate_ok']]}: {failure_rate_text(failure)}",
+        "quality_ok": f"{STATUS_WORDS[result['quality_ok']]}: {quality_text(quality)}",
+    }
 
 
 def explain_checks(result: dict, quality_tolerance: float | None = None) -> dict[str, str]:
     """A message for every check of an ``evaluate_regression`` result, passed or failed.
 
     Args:
-        result: the dict ``evaluate_regression`` returned (after its checks ran).
+        result: the dict ``evaluate_regression`` (or ``evaluate_seed_non_regression``) returned.
         quality_tolerance: the tolerance used, for the quality message.
 
     Returns:
@@ -45,29 +39,17 @@ def explain_checks(result: dict, quality_tolerance: float | None = None) -> dict
     """
     if "failure_rate_ok" not in result:
         return {}
+    from ._regression import _improvement_text, _no_regression_text
+    from ._checks import _tail_text
+
     b, c = result["baseline"], result["candidate"]
-    verdict = VERDICT
-    messages = {
-        "failure_rate_ok": failure_rate_message(result["failure_rate_ok"], b, c, result["maximum_failure_rate"]),
-        "quality_ok": quality_message(result["quality_ok"], b, c, quality_tolerance),
-    }
-    messages["p95_ok"] = (
-        f"{verdict[result['p95_ok']]}: candidate P95 {_ms(c['p95_ms'])} is "
-        f"{c['p95_ms'] / b['p95_ms']:.3f}x baseline P95 {_ms(b['p95_ms'])}; maximum_p95_ratio "
-        f"{result['maximum_p95_ratio']:g}"
-    )
-    if "no_regression_ok" in result:
-        messages["no_regression_ok"] = (
-            f"{verdict[result['no_regression_ok']]}: median {_ms(c['median_ms'])} against baseline "
-            f"{_ms(b['median_ms'])} is an improvement of {_pct(result['observed_improvement'])}; the least "
-            f"allowed is {_pct(result['required_improvement'])} (minus the larger of margin and baseline noise "
-            f"{_pct(result['baseline_noise'])})"
-        )
-        return messages
-    messages["improvement_ok"] = (
-        f"{verdict[result['improvement_ok']]}: median {_ms(c['median_ms'])} against baseline "
-        f"{_ms(b['median_ms'])} is an improvement of {_pct(result['observed_improvement'])}; "
-        f"required {_pct(result['required_improvement'])} (the larger of min_improvement and "
-        f"baseline noise {_pct(result['baseline_noise'])})"
-    )
+    messages = common_messages(result, quality_tolerance)
+    messages["p95_ok"] = f"{STATUS_WORDS[result['p95_ok']]}: " + _tail_text(
+        {"candidate": c["p95_ms"], "baseline": b["p95_ms"], "ratio": result["p95_ratio"],
+         "threshold": result["maximum_p95_ratio"]})
+    name = "no_regression_ok" if "no_regression_ok" in result else "improvement_ok"
+    text = _no_regression_text if name == "no_regression_ok" else _improvement_text
+    messages[name] = f"{STATUS_WORDS[result[name]]}: " + text(
+        {"candidate": c["median_ms"], "baseline": b["median_ms"], "observed": result["observed_improvement"],
+         "required": result["required_improvement"], "noise": result["baseline_noise"]})
     return messages

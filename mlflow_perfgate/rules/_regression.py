@@ -1,28 +1,31 @@
-"""Repeated measurements and the regression decision (section Q4 of the specification)."""
+"""Repeated measurements and the regression decision (section Q4 of the specification), and the seed method.
+
+The seed method is the specification's rule: its preconditions, its failure-rate and quality
+checks, then the objective's own checks (for latency, the specification's P95 and improvement
+checks; in ``non_regression`` mode the improvement check turned around for CI, beside it here).
+"""
 
 from __future__ import annotations
 
-import math
-import statistics
-from typing import Any, Iterable
+from typing import Iterable
 
-from ._errors import RuleTypeError, typed_inputs, check_finite
+from ._checks import decided, failure_rate_check, precondition, quality_check, tail_check
+from ._errors import RuleTypeError, check_finite, typed_inputs
+from ._policy import DEFAULT_THRESHOLDS, SPEC_THRESHOLDS, Policy, check_settings
+from ._records import ArmSummary, Check, Decision, ms, pct
+from ._registry import OBJECTIVES, Figure, Method, Objective
+from ._stats import nearest_rank
 
-__all__ = ["percentile", "summarize_repeated_runs", "evaluate_regression", "DEFAULT_THRESHOLDS"]
-
-#: The specification's defaults for :func:`evaluate_regression`.
-DEFAULT_THRESHOLDS = {
-    "min_valid_runs": 5,
-    "min_improvement": 0.05,
-    "quality_tolerance": 0.01,
-    "maximum_failure_rate": 0.0,
-    "maximum_p95_ratio": 1.05,
-}
-
-
-def _positive_finite(values: Iterable, field: str) -> bool:
-    """True when every value is a finite number > 0."""
-    return all(check_finite(value, field) and value > 0 for value in values)
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "SEED",
+    "evaluate_regression",
+    "evaluate_seed_non_regression",
+    "latency_checks",
+    "percentile",
+    "seed_rule",
+    "summarize_repeated_runs",
+]
 
 
 @typed_inputs
@@ -51,17 +54,9 @@ def percentile(values, fraction: float):
             f"values must be non-empty and fraction must be in the range [0, 1]; got "
             f"{len(values)} values and fraction={fraction!r}"
         )
-    if not _positive_finite(values, "latency sample"):
+    if not all(check_finite(value, "latency sample") and value > 0 for value in values):
         raise ValueError("latency samples must be finite numbers > 0")
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(len(ordered) * fraction) - 1)]
-
-
-def _ok_flag(run: Any):
-    try:
-        return run.get("ok")
-    except AttributeError:
-        raise RuleTypeError(f"each run must be a dict, got {type(run).__name__}") from None
+    return nearest_rank(sorted(values), fraction)
 
 
 @typed_inputs
@@ -82,54 +77,93 @@ def summarize_repeated_runs(runs: list) -> dict:
         ValueError: an attempt has no boolean ``ok``, or a latency or quality is out of range.
         KeyError: a successful attempt misses ``latency_ms`` or ``quality``.
     """
-    if any(type(_ok_flag(run)) is not bool for run in runs):
-        raise ValueError("every run must declare a boolean 'ok' (True or False)")
-    successful = [run for run in runs if run["ok"]]
-    failed = [run for run in runs if not run["ok"]]
-    if any("latency_ms" not in run or "quality" not in run for run in successful):
-        raise KeyError("a successful run must contain 'latency_ms' and 'quality'")
-    latencies = [run["latency_ms"] for run in successful]
-    qualities = [run["quality"] for run in successful]
-    if not _positive_finite(latencies, "latency_ms"):
-        raise ValueError("latency_ms of a successful run must be a finite number > 0")
-    if not all(check_finite(value, "quality") for value in qualities):
-        raise ValueError("quality must be finite and scored by the same rule on every run")
-    return {
-        "attempted_runs": len(runs),
-        "valid_runs": len(successful),
-        "failed_runs": len(failed),
-        "failure_rate": len(failed) / len(runs) if runs else None,
-        "failure_reasons": [run.get("failure", "unspecified") for run in failed],
-        "median_ms": statistics.median(latencies) if successful else None,
-        "p95_ms": percentile(latencies, 0.95) if successful else None,
-        "quality": statistics.mean(qualities) if successful else None,
-    }
+    return ArmSummary.from_runs(runs).to_dict()
 
 
-def check_thresholds(min_valid_runs, min_improvement, quality_tolerance,
-                     maximum_failure_rate, maximum_p95_ratio) -> None:
-    """Raise ``ValueError`` for thresholds outside the specification's ranges."""
-    if type(min_valid_runs) is not int or min_valid_runs <= 0:
-        raise ValueError(f"min_valid_runs must be a positive integer, got {min_valid_runs!r}")
-    named = (
-        ("min_improvement", min_improvement),
-        ("quality_tolerance", quality_tolerance),
-        ("maximum_failure_rate", maximum_failure_rate),
-        ("maximum_p95_ratio", maximum_p95_ratio),
-    )
-    for field, value in named:
-        if not check_finite(value, field):
-            raise ValueError(f"{field} must be finite, got {value!r}")
-    if not 0 <= min_improvement < 1 or quality_tolerance < 0:
-        raise ValueError(
-            "min_improvement must be in the range [0, 1) and quality_tolerance must be >= 0; got "
-            f"min_improvement={min_improvement!r}, quality_tolerance={quality_tolerance!r}"
-        )
-    if not 0 <= maximum_failure_rate <= 1 or maximum_p95_ratio < 1:
-        raise ValueError(
-            "maximum_failure_rate must be in the range [0, 1] and maximum_p95_ratio must be >= 1; "
-            f"got maximum_failure_rate={maximum_failure_rate!r}, maximum_p95_ratio={maximum_p95_ratio!r}"
-        )
+def latency_checks(b: ArmSummary, c: ArmSummary, policy: Policy) -> tuple[list[Check], dict]:
+    """The latency objective's checks after failure rate and quality (the specification's, exact).
+
+    ``p95_ok``: candidate P95 over baseline P95 at most ``maximum_p95_ratio``. Then, with
+    ``baseline_noise = (P95 - median) / median`` of the baseline (a teaching proxy for noise, not
+    a confidence interval) and ``observed_improvement = (baseline median - candidate median) /
+    baseline median``:
+
+    - ``improvement`` mode, ``improvement_ok``: observed at least ``max(min_improvement, noise)``;
+    - ``non_regression`` mode, ``no_regression_ok``: observed at least ``-max(margin, noise)``:
+      the candidate's median may be slower by the margin or by the baseline's own noise,
+      whichever is larger. The same proxy that sets a high bar for an improvement sets a lenient
+      one for a regression; the P95 check, kept as the specification has it, is what makes this
+      variant false-alarm on a noisy machine.
+    """
+    noise = (b.p95_ms - b.median_ms) / b.median_ms
+    observed = (b.median_ms - c.median_ms) / b.median_ms
+    tail = tail_check(b, c, policy.maximum_p95_ratio)
+    if policy.mode == "improvement":
+        required = max(policy.min_improvement, noise)
+        figures = {"candidate": c.median_ms, "baseline": b.median_ms, "observed": observed,
+                   "required": required, "noise": noise}
+        main = Check.build("improvement_ok", observed >= required, figures, _improvement_text)
+    else:
+        required = -max(policy.margin, noise)
+        figures = {"candidate": c.median_ms, "baseline": b.median_ms, "observed": observed,
+                   "required": required, "noise": noise, "margin": policy.margin}
+        main = Check.build("no_regression_ok", observed >= required, figures, _no_regression_text)
+    return [tail, main], {"baseline_noise": noise, "required_improvement": required,
+                          "observed_improvement": observed, "p95_ratio": tail.figures["ratio"]}
+
+
+def _improvement_text(f) -> str:
+    return (f"median {ms(f['candidate'])} against baseline {ms(f['baseline'])} is an improvement of "
+            f"{pct(f['observed'])}; required {pct(f['required'])} (the larger of min_improvement and "
+            f"baseline noise {pct(f['noise'])})")
+
+
+def _no_regression_text(f) -> str:
+    return (f"median {ms(f['candidate'])} against baseline {ms(f['baseline'])} is an improvement of "
+            f"{pct(f['observed'])}; the least allowed is {pct(f['required'])} (minus the larger of margin "
+            f"and baseline noise {pct(f['noise'])})")
+
+
+def seed_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, *, look=None,
+              max_looks=None) -> Decision:
+    """The specification's rule on any objective: preconditions, failure rate, quality, the objective's checks.
+
+    Any failed check rejects; the looks of a sequential comparison change nothing here (the
+    specification's rule has no error rate to spend).
+    """
+    labels = {"method": "seed", "mode": policy.mode, "objective": objective.name}
+    reason = precondition(b, c, policy.min_valid_runs, policy.maximum_failure_rate)
+    if reason is not None:
+        return Decision("rerun", reason, b, c, **labels)
+    checks = [failure_rate_check(b, c, policy.maximum_failure_rate), quality_check(b, c, policy.quality_tolerance)]
+    own, figures = objective.checks(b, c, policy)
+    figures = {**figures, "maximum_failure_rate": policy.maximum_failure_rate,
+               "maximum_p95_ratio": policy.maximum_p95_ratio}
+    if policy.mode == "non_regression":
+        figures["margin"] = policy.margin
+    return decided(b, c, checks + own, figures=figures, **labels)
+
+
+#: The seed method's entry in the method registry.
+SEED = Method(
+    "seed", seed_rule,
+    figures=(Figure("baseline_noise", "noise proxy"), Figure("required_improvement", "required improvement"),
+             Figure("observed_improvement", "observed improvement")),
+    objectives=None,
+    help="the specification's rule, exact",
+    describe=lambda s: (f"noise proxy {_fmt(s.get('baseline_noise'))}, required improvement "
+                        f"{_fmt(s.get('required_improvement'))}, observed {_fmt(s.get('observed_improvement'))}"),
+)
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _summaries(baseline_runs, candidate_runs, metrics: Iterable[str] = ()) -> tuple[ArmSummary, ArmSummary]:
+    return ArmSummary.from_runs(baseline_runs, metrics), ArmSummary.from_runs(candidate_runs, metrics)
 
 
 @typed_inputs
@@ -165,40 +199,57 @@ def evaluate_regression(
         ``baseline`` and ``candidate`` summaries, ``decision`` and ``reason``; once the checks
         ran also ``failure_rate_ok``, ``quality_ok``, ``p95_ok``, ``improvement_ok``,
         ``failed_checks``, ``baseline_noise``, ``required_improvement``,
-        ``observed_improvement``, ``maximum_failure_rate`` and ``maximum_p95_ratio``.
+        ``observed_improvement``, ``maximum_failure_rate``, ``maximum_p95_ratio`` and
+        ``p95_ratio``.
 
     Raises:
         ValueError: a threshold is out of range, or an attempt record is invalid.
         KeyError: a successful attempt misses ``latency_ms`` or ``quality``.
     """
-    check_thresholds(min_valid_runs, min_improvement, quality_tolerance,
-                     maximum_failure_rate, maximum_p95_ratio)
-    b = summarize_repeated_runs(baseline_runs)
-    c = summarize_repeated_runs(candidate_runs)
-    result = {"baseline": b, "candidate": c}
-    if min(b["valid_runs"], c["valid_runs"]) < min_valid_runs:
-        return {**result, "decision": "rerun", "reason": "insufficient_valid_runs"}
-    if b["failure_rate"] > maximum_failure_rate:
-        return {**result, "decision": "rerun", "reason": "unreliable_baseline"}
-    baseline_noise = (b["p95_ms"] - b["median_ms"]) / b["median_ms"]
-    required_improvement = max(min_improvement, baseline_noise)
-    observed_improvement = (b["median_ms"] - c["median_ms"]) / b["median_ms"]
-    checks = {
-        "failure_rate_ok": c["failure_rate"] <= maximum_failure_rate,
-        "quality_ok": c["quality"] >= b["quality"] - quality_tolerance,
-        "p95_ok": c["p95_ms"] / b["p95_ms"] <= maximum_p95_ratio,
-        "improvement_ok": observed_improvement >= required_improvement,
-    }
-    failed_checks = [name for name, passed in checks.items() if not passed]
-    return {
-        **result,
-        **checks,
-        "failed_checks": failed_checks,
-        "decision": "reject" if failed_checks else "accept",
-        "reason": "declared_thresholds_checked",
-        "baseline_noise": baseline_noise,
-        "required_improvement": required_improvement,
-        "observed_improvement": observed_improvement,
-        "maximum_failure_rate": maximum_failure_rate,
-        "maximum_p95_ratio": maximum_p95_ratio,
-    }
+    thresholds = dict(min_valid_runs=min_valid_runs, min_improvement=min_improvement,
+                      quality_tolerance=quality_tolerance, maximum_failure_rate=maximum_failure_rate,
+                      maximum_p95_ratio=maximum_p95_ratio)
+    check_settings(SPEC_THRESHOLDS, thresholds, ValueError)
+    b, c = _summaries(baseline_runs, candidate_runs)
+    decision = seed_rule(b, c, Policy(**thresholds), OBJECTIVES["latency"])
+    return decision.to_dict(labels=(), messages=False, advice=False)
+
+
+@typed_inputs
+def evaluate_seed_non_regression(baseline_runs: list, candidate_runs: list, *, margin: float = 0.05,
+                                 **thresholds) -> dict:
+    """The specification's rule turned around for CI: the candidate may not be slower than ``margin``.
+
+    Method: :func:`evaluate_regression` exactly (its preconditions, its early ``rerun``
+    answers, its failure-rate, quality and P95 checks, its noise proxy), with the improvement
+    check replaced by ``no_regression_ok`` (see :func:`latency_checks`): the candidate's median
+    may be slower than the baseline's by the margin or by the baseline's own ``(P95 - median) /
+    median``, whichever is larger.
+
+    Args:
+        baseline_runs, candidate_runs: attempt records (see :func:`summarize_repeated_runs`).
+        margin: the slowdown allowed, a finite number >= 0 (0.05: 5% slower).
+        **thresholds: as for :func:`evaluate_regression` (``min_improvement`` is validated, not used).
+
+    Returns:
+        :func:`evaluate_regression`'s keys with ``no_regression_ok`` in place of
+        ``improvement_ok``, ``required_improvement = -max(margin, baseline_noise)``, plus
+        ``method`` (``"seed"``), ``mode`` (``"non_regression"``) and ``margin``.
+
+    Raises:
+        ValueError: a threshold is out of range, or an attempt record is invalid.
+        KeyError: a successful attempt misses ``latency_ms`` or ``quality``.
+    """
+    policy = Policy(mode="non_regression", margin=_margin(margin), **thresholds)
+    b, c = _summaries(baseline_runs, candidate_runs)
+    decision = seed_rule(b, c, policy, OBJECTIVES["latency"])
+    result = decision.to_dict(labels=("method", "mode"), messages=False, advice=False)
+    result.setdefault("margin", margin)
+    return result
+
+
+def _margin(margin):
+    """``margin`` itself: a missing one (``None``) is an error here, not the default."""
+    if margin is None:
+        raise RuleTypeError("margin must be a real number, got NoneType None")
+    return margin

@@ -10,19 +10,12 @@ from __future__ import annotations
 
 import math
 
-from scipy.stats import norm
-
-from ._errors import check_finite
+from ._errors import InputError, check_finite, check_unit_interval
 
 __all__ = ["SPENDING_FUNCTIONS", "alpha_spent", "sequential_alpha", "sequential_thresholds"]
 
 #: The spending functions :func:`alpha_spent` knows.
 SPENDING_FUNCTIONS = ("obrien_fleming", "pocock")
-
-
-def _check_level(value, field: str) -> None:
-    if not check_finite(value, field) or not 0 < value < 1:
-        raise ValueError(f"{field} must be a float in the range (0; 1), got {value!r}")
 
 
 def alpha_spent(fraction: float, alpha: float = 0.05, *, spending: str = "obrien_fleming") -> float:
@@ -56,16 +49,18 @@ def alpha_spent(fraction: float, alpha: float = 0.05, *, spending: str = "obrien
         ValueError: an argument is out of range or ``spending`` is unknown.
     """
     if not check_finite(fraction, "fraction") or not 0 <= fraction <= 1:
-        raise ValueError(f"fraction must be a float in the range [0; 1], got {fraction!r}")
-    _check_level(alpha, "alpha")
+        raise InputError(f"fraction must be a float in the range [0; 1], got {fraction!r}")
+    check_unit_interval(alpha, "alpha", InputError)
     if spending not in SPENDING_FUNCTIONS:
-        raise ValueError(f"spending must be one of {', '.join(SPENDING_FUNCTIONS)}, got {spending!r}")
+        raise InputError(f"spending must be one of {', '.join(SPENDING_FUNCTIONS)}, got {spending!r}")
     if fraction == 0:
         return 0.0
     if fraction == 1:
         return float(alpha)
     if spending == "pocock":
         return float(alpha * math.log(1 + (math.e - 1) * fraction))
+    from scipy.stats import norm
+
     return float(2 * norm.sf(norm.isf(alpha / 2) / math.sqrt(fraction)))
 
 
@@ -100,13 +95,13 @@ def sequential_alpha(look: int, max_looks: int, alpha: float = 0.05, *, previous
         ValueError: an argument is out of range.
     """
     if type(max_looks) is not int or max_looks < 1:
-        raise ValueError(f"max_looks must be a positive integer, got {max_looks!r}")
+        raise InputError(f"max_looks must be a positive integer, got {max_looks!r}")
     if type(look) is not int or not 1 <= look <= max_looks:
-        raise ValueError(f"look must be an integer in the range [1; {max_looks}], got {look!r}")
+        raise InputError(f"look must be an integer in the range [1; {max_looks}], got {look!r}")
     if previous is None:
         previous = look - 1
     if type(previous) is not int or not 0 <= previous < look:
-        raise ValueError(f"previous must be an integer in the range [0; {look - 1}], got {previous!r}")
+        raise InputError(f"previous must be an integer in the range [0; {look - 1}], got {previous!r}")
     spent = alpha_spent(look / max_looks, alpha, spending=spending)
     return spent - alpha_spent(previous / max_looks, alpha, spending=spending)
 
@@ -131,7 +126,7 @@ def sequential_thresholds(look: int, max_looks: int, *, alpha: float = 0.02, con
     Raises:
         ValueError: an argument is out of range.
     """
-    _check_level(confidence, "confidence")
+    check_unit_interval(confidence, "confidence", InputError)
     tail = sequential_alpha(look, max_looks, (1 - confidence) / 2, previous=previous, spending=spending)
     return {
         "alpha": sequential_alpha(look, max_looks, alpha, previous=previous, spending=spending),

@@ -1,0 +1,293 @@
+"""The records a decision is made of: an arm's summary, one check, the decision itself.
+
+Each is frozen and built once: a rule summarises each arm once (:class:`ArmSummary`), builds
+each check once with the figures it used and a message that reads those figures
+(:class:`Check`), and returns one :class:`Decision`. ``to_dict()`` gives the plain dicts of the
+specification and of the first release, key for key.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping
+
+from ._errors import InputError, MissingField, RuleTypeError, check_finite
+from ._stats import nearest_rank
+
+__all__ = [
+    "ArmSummary",
+    "Check",
+    "Decision",
+    "REASONS",
+    "STATUS_WORDS",
+    "VERDICTS",
+    "headline",
+    "ms",
+    "pct",
+    "ratio_text",
+]
+
+#: The four answers, in the order of the gate's exit codes' meaning.
+VERDICTS = ("accept", "reject", "rerun", "blocked_by_correctness")
+#: How a check's outcome reads at the start of its message.
+STATUS_WORDS = MappingProxyType({True: "ok", False: "FAILED", None: "INCONCLUSIVE"})
+#: One line per reason a rule or the evaluator can give.
+REASONS = MappingProxyType({
+    "insufficient_valid_runs": "an arm has fewer successful attempts than min_valid_runs",
+    "unreliable_baseline": "the baseline's own failure rate exceeds maximum_failure_rate",
+    "attempts_in_progress": "some attempts are still running; evaluate again when they end",
+    "declared_thresholds_checked": "every declared threshold was checked",
+    "inconclusive": "the interval cannot yet tell whether the declared threshold is met",
+    "run_invalid": "an attempt failed its correctness probe",
+    "attempts_not_synced": "attempts of this group are still in the local journal, not in MLflow",
+})
+#: Headlines of the verdicts that do not depend on the objective (accept's comes from the objective).
+_HEADLINES = MappingProxyType({
+    "reject": "REJECT: the candidate fails at least one declared check",
+    "rerun": "RERUN: the evidence is not enough to decide",
+    "blocked_by_correctness": "BLOCKED BY CORRECTNESS: fix the invalid runs before any performance reading",
+})
+
+
+def headline(verdict: str, accept_text: str | None = None) -> str:
+    """The headline of a verdict; ``accept_text`` (the objective's, for its mode) for an accept."""
+    if verdict == "accept":
+        return accept_text or "ACCEPT: every declared check passed"
+    return _HEADLINES.get(verdict, verdict.upper())
+
+
+def pct(value) -> str:
+    """A fraction as a percentage with one decimal, ``n/a`` for ``None``."""
+    return "n/a" if value is None else f"{value * 100:.1f}%"
+
+
+def ms(value) -> str:
+    """A latency in ms with four significant digits, ``n/a`` for ``None``."""
+    return "n/a" if value is None else f"{value:.4g} ms"
+
+
+def ratio_text(value) -> str:
+    """A bound of a ratio interval, ``unbounded`` for ``None``."""
+    return "unbounded" if value is None else f"{value:.3f}"
+
+
+def _frozen(mapping: Mapping | None) -> Mapping:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class ArmSummary:
+    """One arm's attempts, summarised once (the specification's ``summarize_repeated_runs``).
+
+    Attributes:
+        attempted_runs, valid_runs, failed_runs: every attempt, the successful ones, the failed ones.
+        failure_rate: failed over attempted; ``None`` without attempts.
+        failure_reasons: each failed attempt's ``failure`` (``"unspecified"`` where none was given).
+        median_ms: ``statistics.median`` of the successful attempts' latencies.
+        p95_ms: their nearest-rank P95.
+        quality: the mean quality of the successful attempts.
+        latencies: the successful attempts' latencies, in run order (the raw samples of the tests).
+        ok_indices: the index in the run list of each successful attempt.
+        pairs: the ABBA round of each successful attempt (``None`` where it was not recorded).
+        values: for each objective metric asked for, the successful attempts' values.
+        figures: per-metric summaries (``median_<m>``, ``p5_<m>``, ``p95_<m>``).
+    """
+
+    attempted_runs: int
+    valid_runs: int
+    failed_runs: int
+    failure_rate: float | None
+    failure_reasons: tuple[str, ...]
+    median_ms: float | None
+    p95_ms: float | None
+    quality: float | None
+    latencies: tuple[float, ...] = ()
+    ok_indices: tuple[int, ...] = ()
+    pairs: tuple[int | None, ...] = ()
+    values: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    figures: Mapping[str, float | None] = field(default_factory=dict)
+
+    @classmethod
+    def from_runs(cls, runs, metrics: Iterable[str] = ()) -> "ArmSummary":
+        """Summarise attempt records ``{"ok": bool, "latency_ms", "quality", "failure"}``.
+
+        The specification's checks and errors, exactly: a record without a boolean ``ok`` is a
+        ``ValueError``; a successful one without ``latency_ms`` or ``quality`` a ``KeyError``;
+        a latency that is not finite and > 0, or a non-finite quality, a ``ValueError``.
+        Each metric in ``metrics`` must then be on every successful record, finite and > 0.
+        """
+        if any(type(_ok_flag(run)) is not bool for run in runs):
+            raise ValueError("every run must declare a boolean 'ok' (True or False)")
+        ok_indices = tuple(index for index, run in enumerate(runs) if run["ok"])
+        successful = [runs[index] for index in ok_indices]
+        failed = [run for run in runs if not run["ok"]]
+        if any("latency_ms" not in run or "quality" not in run for run in successful):
+            raise KeyError("a successful run must contain 'latency_ms' and 'quality'")
+        latencies = [run["latency_ms"] for run in successful]
+        qualities = [run["quality"] for run in successful]
+        if not all(check_finite(value, "latency_ms") and value > 0 for value in latencies):
+            raise ValueError("latency_ms of a successful run must be a finite number > 0")
+        if not all(check_finite(value, "quality") for value in qualities):
+            raise ValueError("quality must be finite and scored by the same rule on every run")
+        values, figures = {}, {}
+        for key in metrics:
+            if any(key not in run for run in successful):
+                raise MissingField(f"a successful run must contain {key!r} for this objective")
+            metric_values = tuple(run[key] for run in successful)
+            if not all(check_finite(value, key) and value > 0 for value in metric_values):
+                raise InputError(f"{key} of a successful run must be a finite number > 0")
+            values[key] = metric_values
+            figures.update(_metric_figures(metric_values, key))
+        return cls(
+            attempted_runs=len(runs),
+            valid_runs=len(successful),
+            failed_runs=len(failed),
+            failure_rate=len(failed) / len(runs) if runs else None,
+            failure_reasons=tuple(run.get("failure", "unspecified") for run in failed),
+            median_ms=statistics.median(latencies) if successful else None,
+            p95_ms=nearest_rank(sorted(latencies), 0.95) if successful else None,
+            quality=statistics.mean(qualities) if successful else None,
+            latencies=tuple(latencies),
+            ok_indices=ok_indices,
+            pairs=tuple(_pair(run) for run in successful),
+            values=_frozen(values),
+            figures=_frozen(figures),
+        )
+
+    def to_dict(self) -> dict:
+        """The specification's summary dict (plus the per-metric figures, when any)."""
+        return {
+            "attempted_runs": self.attempted_runs,
+            "valid_runs": self.valid_runs,
+            "failed_runs": self.failed_runs,
+            "failure_rate": self.failure_rate,
+            "failure_reasons": list(self.failure_reasons),
+            "median_ms": self.median_ms,
+            "p95_ms": self.p95_ms,
+            "quality": self.quality,
+            **self.figures,
+        }
+
+
+def _ok_flag(run: Any):
+    try:
+        return run.get("ok")
+    except AttributeError:
+        raise RuleTypeError(f"each run must be a dict, got {type(run).__name__}") from None
+
+
+def _pair(run: dict) -> int | None:
+    pair = run.get("pair")
+    return pair if type(pair) is int else None
+
+
+def _metric_figures(values: tuple, key: str) -> dict:
+    if not values:
+        return {f"median_{key}": None, f"p5_{key}": None, f"p95_{key}": None}
+    ordered = sorted(values)
+    return {f"median_{key}": statistics.median(values), f"p5_{key}": nearest_rank(ordered, 0.05),
+            f"p95_{key}": nearest_rank(ordered, 0.95)}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One declared check: its flag, the figures it compared and a message that reads them.
+
+    Attributes:
+        name: ``failure_rate_ok``, ``quality_ok``, ``p95_ok``, ``improvement_ok``, ...
+        passed: ``True`` passed, ``False`` failed (the decision rejects), ``None`` undecided
+            (the decision is a ``rerun`` unless another check failed).
+        message: ``"<ok|FAILED|INCONCLUSIVE>: ..."``, built from ``figures`` alone.
+        figures: the candidate value, the baseline value, the threshold and whatever else the
+            check computed, by name.
+    """
+
+    name: str
+    passed: bool | None
+    message: str
+    figures: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, name: str, passed: bool | None, figures: Mapping[str, Any],
+              text: Callable[[Mapping[str, Any]], str]) -> "Check":
+        """A check whose message is ``text(figures)`` after the status word."""
+        figures = _frozen(figures)
+        return cls(name, passed, f"{STATUS_WORDS[passed]}: {text(figures)}", figures)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A rule's answer: the verdict, why, each check, the figures, and advice for a rerun.
+
+    Attributes:
+        verdict: ``accept``, ``reject``, ``rerun`` (or ``blocked_by_correctness``, the evaluator's).
+        reason: a key of :data:`REASONS`.
+        baseline, candidate: the arms' summaries.
+        checks: the checks in the order they ran; empty when a precondition answered first.
+        figures: the rule's figures beyond the checks' (``baseline_noise``, ``p_value``, ...),
+            under the keys of the first release's dicts.
+        method, mode, objective: how the decision was made.
+        advice: ``recommended_attempts`` (attempts per arm that would likely settle a rerun) and
+            ``contention`` (indices of flagged attempts per arm), where the rule gives them.
+        companions: for an objective judged by several methods, each method's short answer and
+            figures (``{"seed": {...}, "robust": {...}}``), whichever decided.
+    """
+
+    verdict: str
+    reason: str
+    baseline: ArmSummary
+    candidate: ArmSummary
+    checks: tuple[Check, ...] = ()
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    method: str = "seed"
+    mode: str = "improvement"
+    objective: str = "latency"
+    advice: Mapping[str, Any] = field(default_factory=dict)
+    companions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def failed_checks(self) -> list[str]:
+        """The names of the checks that failed, in order."""
+        return [check.name for check in self.checks if check.passed is False]
+
+    @property
+    def messages(self) -> dict[str, str]:
+        """``{check name: message}`` in the order of the checks."""
+        return {check.name: check.message for check in self.checks}
+
+    def check(self, name: str) -> Check | None:
+        """The check of that name, or ``None`` when it did not run."""
+        return next((check for check in self.checks if check.name == name), None)
+
+    def to_dict(self, *, labels: Iterable[str] = ("objective", "method", "mode"), messages: bool = True,
+                advice: bool = True) -> dict:
+        """The plain dict of the first release.
+
+        Args:
+            labels: which of ``objective``, ``method`` and ``mode`` to include.
+            messages: include ``messages`` (the checks' texts).
+            advice: include ``recommended_attempts`` and ``contention`` where the rule gave them.
+
+        Returns:
+            ``baseline`` and ``candidate`` summaries, the labels, ``decision``, ``reason``; when
+            the checks ran, each check's flag under its name and ``failed_checks``; the figures;
+            the advice; ``messages``; and each companion under its method's name.
+        """
+        result = {"baseline": self.baseline.to_dict(), "candidate": self.candidate.to_dict()}
+        for label in labels:
+            result[label] = getattr(self, label)
+        result["decision"], result["reason"] = self.verdict, self.reason
+        if self.checks:
+            result.update((check.name, check.passed) for check in self.checks)
+            result["failed_checks"] = self.failed_checks
+        result.update(self.figures)
+        if advice:
+            result.update(self.advice)
+        if messages:
+            result["messages"] = self.messages
+        for name, summary in self.companions.items():
+            result[name] = dict(summary)
+        return result
+

@@ -1,0 +1,244 @@
+"""Registries of decision methods and objectives: each one is a single entry.
+
+A method is its name, its rule function and the figures it logs; an objective is its metric,
+direction, unit, thresholds, figures and checks. The command line's choices, the evaluator's
+records, the decision run's metric names, the columns of ``decisions()`` and the report's rows
+are all derived from these entries, so a new method or objective is one
+:func:`register_method` / :func:`register_objective` call and touches no other file.
+
+The built-in entries are declared here by name and loaded on first use, so that listing the
+names (``--help``) imports no statistics library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from ._errors import PolicyError
+from ._policy import MODES, SPEC_THRESHOLDS, Setting
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._policy import Policy
+    from ._records import ArmSummary, Check, Decision
+
+__all__ = [
+    "Figure",
+    "METHODS",
+    "Method",
+    "OBJECTIVES",
+    "Objective",
+    "Registry",
+    "register_method",
+    "register_objective",
+    "threshold_settings",
+    "unregister_method",
+    "unregister_objective",
+]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number a method or an objective reports.
+
+    Attributes:
+        name: its key in the decision's dict.
+        label: its name in the report (default: ``name``).
+        unit: its unit in the report (``" ms"``, ``" MiB"``, ``""``).
+        metric: the decision run's metric name; ``None`` for ``name``; ``""`` for none (a
+            figure logged as a param, such as a level).
+    """
+
+    name: str
+    label: str = ""
+    unit: str = ""
+    metric: str | None = None
+
+    @property
+    def metric_name(self) -> str:
+        """The MLflow metric it is logged under ('' when it is not logged as a metric)."""
+        return self.name if self.metric is None else self.metric
+
+
+@dataclass(frozen=True)
+class Method:
+    """A decision method.
+
+    Attributes:
+        name: what ``--method`` takes.
+        rule: ``rule(baseline, candidate, policy, objective, *, look=None, max_looks=None) ->
+            Decision``, given each arm's :class:`ArmSummary` (built with the objective's metric),
+            the :class:`Policy` and the :class:`Objective` entry.
+        figures: what it reports beside the checks; each companion summary of a decision holds
+            them, and the decision run logs those with a metric name.
+        objectives: the objectives it judges; ``None`` for every objective (through the
+            objective's own checks).
+        modes: the modes it answers.
+        help: one line for ``--help`` and the README.
+        describe: one line for the report from its companion summary; default: its figures.
+    """
+
+    name: str
+    rule: Callable[..., "Decision"]
+    figures: tuple[Figure, ...] = ()
+    objectives: tuple[str, ...] | None = ("latency",)
+    modes: tuple[str, ...] = MODES
+    help: str = ""
+    describe: Callable[[Mapping[str, Any]], str] | None = None
+
+    def judges(self, objective: str) -> bool:
+        return self.objectives is None or objective in self.objectives
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a comparison is judged on.
+
+    Attributes:
+        name: what ``--objective`` takes.
+        metric: the attempt metric it needs beyond ``latency_ms`` and ``quality``
+            (``peak_mem_mib``); ``None`` when it judges latency itself.
+        direction: ``"lower"`` or ``"higher"`` is better.
+        unit: the metric's unit (``ms``, ``MiB``, ``tok/s``).
+        checks: ``checks(baseline, candidate, policy) -> (checks, figures)``: the objective's
+            checks after the common failure-rate and quality checks (for the seed method, and
+            any method that judges every objective), and the figures they computed.
+        thresholds: its own threshold settings (``min_memory_reduction``); every policy accepts them.
+        arm_figures: per-arm summary figures the decision run logs (``baseline_<name>``,
+            ``candidate_<name>``) and the report shows as rows.
+        figures: decision figures the decision run logs and the report shows.
+        modes: the modes it answers.
+        headlines: the accept headline for each mode.
+        help: one line for ``--help`` and the README.
+    """
+
+    name: str
+    metric: str | None
+    direction: str
+    unit: str
+    checks: Callable[["ArmSummary", "ArmSummary", "Policy"], tuple[list["Check"], dict]]
+    thresholds: tuple[Setting, ...] = ()
+    arm_figures: tuple[Figure, ...] = ()
+    figures: tuple[Figure, ...] = ()
+    modes: tuple[str, ...] = ("improvement",)
+    headlines: Mapping[str, str] = field(default_factory=dict)
+    help: str = ""
+
+    def __post_init__(self):
+        if self.direction not in ("lower", "higher"):
+            raise ValueError(f"direction must be 'lower' or 'higher', got {self.direction!r}")
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The attempt metrics an arm summary needs for this objective."""
+        return () if self.metric is None else (self.metric,)
+
+    def check_method(self, method: Method, mode: str) -> None:
+        """Raise :class:`PolicyError` unless ``method`` judges this objective in ``mode``."""
+        if not method.judges(self.name) or mode not in self.modes or mode not in method.modes:
+            judges = [name for name in METHODS if METHODS[name].judges(self.name)]
+            raise PolicyError(
+                f"the {self.name} objective is judged by the {' or '.join(judges)} method in "
+                f"{' or '.join(self.modes)} mode; got method={method.name!r}, mode={mode!r}")
+
+
+class Registry(Mapping):
+    """Entries by name, in the order they were registered; built-ins load on first use."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, Any] = {}
+        self._declared: dict[str, tuple[str, str]] = {}
+
+    def declare(self, name: str, target: str, help: str) -> None:
+        """A built-in entry at ``module:attribute``, imported when first looked up."""
+        self._declared[name] = (target, help)
+
+    def register(self, entry) -> Any:
+        """Add an entry; a second entry of the same name is refused."""
+        if entry.name in self._declared or entry.name in self._entries:
+            loaded = self._entries.get(entry.name)
+            if loaded is not entry:
+                raise ValueError(f"a {self.kind} named {entry.name!r} is already registered")
+        self._entries[entry.name] = entry
+        return entry
+
+    def unregister(self, name: str) -> None:
+        """Remove a registered entry (built-ins stay)."""
+        if name in self._declared:
+            raise ValueError(f"the built-in {self.kind} {name!r} cannot be removed")
+        self._entries.pop(name)
+
+    def help(self, name: str) -> str:
+        """The entry's one-line help, without loading a declared built-in."""
+        if name in self._declared and name not in self._entries:
+            return self._declared[name][1]
+        return self[name].help
+
+    def __getitem__(self, name: str):
+        if name not in self._entries and name in self._declared:
+            module, _, attribute = self._declared[name][0].partition(":")
+            self._entries[name] = getattr(importlib.import_module(module), attribute)
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._declared
+        yield from (name for name in self._entries if name not in self._declared)
+
+    def __len__(self) -> int:
+        return len(set(self._declared) | set(self._entries))
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and (name in self._declared or name in self._entries)
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} registry: {', '.join(self)}>"
+
+
+#: The decision methods by name.
+METHODS = Registry("method")
+METHODS.declare("seed", "mlflow_perfgate.rules._regression:SEED",
+                "the specification's rule, exact")
+METHODS.declare("robust", "mlflow_perfgate.rules._robust:ROBUST",
+                "one-sided Mann-Whitney U and a Hodges-Lehmann interval of the latency ratio")
+#: The objectives by name.
+OBJECTIVES = Registry("objective")
+for _name, _help in (("latency", "median and P95 step latency, lower is better"),
+                     ("memory", "peak memory, lower is better, within a latency budget"),
+                     ("throughput", "tokens per second, higher is better")):
+    OBJECTIVES.declare(_name, f"mlflow_perfgate.rules._objectives:{_name.upper()}", _help)
+
+
+def register_method(entry: Method) -> Method:
+    """Register a decision method (see :class:`Method`); returns it."""
+    return METHODS.register(entry)
+
+
+def register_objective(entry: Objective) -> Objective:
+    """Register an objective (see :class:`Objective`); its thresholds join every policy's."""
+    taken = threshold_settings()
+    for setting in entry.thresholds:
+        if setting.name in taken and taken[setting.name] != setting:
+            raise ValueError(f"threshold {setting.name!r} is already declared with other settings")
+    return OBJECTIVES.register(entry)
+
+
+def unregister_method(name: str) -> None:
+    """Remove a method registered with :func:`register_method`."""
+    METHODS.unregister(name)
+
+
+def unregister_objective(name: str) -> None:
+    """Remove an objective registered with :func:`register_objective`."""
+    OBJECTIVES.unregister(name)
+
+
+def threshold_settings() -> dict[str, Setting]:
+    """Every threshold setting by name: the specification's, then each objective's own."""
+    settings = {setting.name: setting for setting in SPEC_THRESHOLDS}
+    for name in OBJECTIVES:
+        for setting in OBJECTIVES[name].thresholds:
+            settings.setdefault(setting.name, setting)
+    return settings
