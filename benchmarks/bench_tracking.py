@@ -30,7 +30,7 @@ import mlflow  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 import mlflow_perfgate as pg  # noqa: E402
-from mlflow_perfgate.tracking import _client, _evaluate  # noqa: E402
+from mlflow_perfgate.tracking import _client, _group, _judge  # noqa: E402
 from mlflow_perfgate.tracking._schema import TAG, canonical_conditions, group_key  # noqa: E402
 
 CONDITIONS = {"model": "TinyLM", "input_shape": (4, 128), "batch_size": 4, "dtype": "fp32", "device": "cpu",
@@ -118,10 +118,11 @@ def bench_evaluate(root: Path, size: int, attempts: int, repeats: int) -> dict:
     filter_string = f"tags.\"{TAG.GROUP}\" = '{group}'"
     raw = timed(lambda: client.search_runs([experiment_id], filter_string=filter_string, max_results=1000), repeats)
 
+    policy = pg.Policy(min_valid_runs=attempts // 2)
+
     def search_and_rules():
-        views, _ = _evaluate.load_group(group, experiment_id, _client.client(), stale_after_s=3600)
-        _evaluate._judge(views, dict(pg.rules.DEFAULT_THRESHOLDS, min_valid_runs=attempts // 2),
-                         {"objective": "latency"}, "fail")
+        views, _ = _group.load_group(group, experiment_id, _client.client(), stale_after_s=3600)
+        _judge.judge_views(views, policy, "fail")
 
     ours = timed(search_and_rules, repeats)
     whole = timed(lambda: pg.evaluate_group(group, experiment_name=f"size-{size}",

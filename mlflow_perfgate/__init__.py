@@ -11,11 +11,28 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "ArmSummary": "mlflow_perfgate.rules",
+    "Check": "mlflow_perfgate.rules",
+    "Decision": "mlflow_perfgate.rules",
+    "Figure": "mlflow_perfgate.rules",
+    "Method": "mlflow_perfgate.rules",
+    "Objective": "mlflow_perfgate.rules",
+    "PerfgateError": "mlflow_perfgate.errors",
+    "Policy": "mlflow_perfgate.rules",
+    "Setting": "mlflow_perfgate.rules",
     "attempt": "mlflow_perfgate.tracking",
+    "decision_markdown": "mlflow_perfgate.tracking",
     "decisions": "mlflow_perfgate.tracking",
+    "errors": "mlflow_perfgate.errors",
     "evaluate_group": "mlflow_perfgate.tracking",
+    "judge": "mlflow_perfgate.rules",
     "log_attempt": "mlflow_perfgate.tracking",
+    "read_report": "mlflow_perfgate.tracking",
+    "register_method": "mlflow_perfgate.rules",
+    "register_objective": "mlflow_perfgate.rules",
     "rules": "mlflow_perfgate.rules",
+    "unregister_method": "mlflow_perfgate.rules",
+    "unregister_objective": "mlflow_perfgate.rules",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -26,7 +43,7 @@ def __getattr__(name: str):
     if module_name is None:
         raise AttributeError(f"module 'mlflow_perfgate' has no attribute {name!r}")
     module = importlib.import_module(module_name)
-    value = module if name == "rules" else getattr(module, name)
+    value = module if name in ("rules", "errors") else getattr(module, name)
     globals()[name] = value
     return value
 

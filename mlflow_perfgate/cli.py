@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import sys
+import traceback
 
 import click
 
-#: Exit codes of the gate (DESIGN.md).
+#: Exit codes of the gate (docs/design.md).
 EXIT_CODES = {"accept": 0, "reject": 1, "rerun": 3, "blocked_by_correctness": 4}
 EXIT_USAGE = 2
 _DEBUG_ENV = "MLFLOW_PERFGATE_DEBUG"
@@ -21,49 +21,39 @@ def _fail(message: str) -> "NoReturn":  # noqa: F821
     sys.exit(EXIT_USAGE)
 
 
-def _refusal(exc: BaseException) -> str | None:
-    """A tracking server's 401 / 403 in words, instead of MLflow's HTTP dump."""
-    code = getattr(exc, "error_code", None)
-    if code not in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
-        return None
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or "the tracking server"
-    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
-    match = re.search(r"endpoint (/\S+)", str(exc))
-    where = f" on {match.group(1)}" if match else ""
-    if code == "UNAUTHENTICATED":
-        if not user and not os.environ.get("MLFLOW_TRACKING_TOKEN"):
-            return (f"{uri} requires a login (HTTP 401{where}): set MLFLOW_TRACKING_USERNAME and "
-                    "MLFLOW_TRACKING_PASSWORD")
-        return (f"{uri} did not accept the credentials of user {user!r} (HTTP 401{where}): check "
-                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
-    return (f"user {user!r} may not do this on {uri} (HTTP 403 permission denied{where}): recording attempts "
-            "and writing decisions need EDIT permission on the experiment; ask its owner or an admin")
-
-
 def _one_line(exc: BaseException) -> str:
-    refusal = _refusal(exc)
-    if refusal is not None:
-        return refusal
-    message = getattr(exc, "message", None) or (exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc))
+    message = getattr(exc, "message", None) or str(exc)
     text = " ".join(str(message).split())
     return text if len(text) <= 2000 else text[:2000] + " ..."
 
 
 def guarded(func):
-    """Turn any error of a command into one line on stderr and exit code 2."""
+    """Print what the user can fix in one line (exit 2); show anything else as the bug it is.
+
+    A :class:`~mlflow_perfgate.errors.PerfgateError` (bad input, a broken single-variable rule,
+    differing environments, a store that refused or could not be reached) and an ``OSError``
+    (a file that cannot be read or written) are one line on stderr. Any other exception is a
+    bug: its traceback is printed, with a request to report it, and the exit code is 2 too.
+    """
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        from mlflow_perfgate.errors import PerfgateError
+
         try:
             return func(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
+        except (PerfgateError, OSError) as exc:
+            if os.environ.get(_DEBUG_ENV):
+                raise
+            _fail(_one_line(exc))
         except Exception as exc:
             if os.environ.get(_DEBUG_ENV):
                 raise
-            if isinstance(exc, (ValueError, KeyError, OSError)) or type(exc).__name__ == "MlflowException":
-                _fail(_one_line(exc))
-            _fail(f"{_one_line(exc)} ({type(exc).__name__}; set {_DEBUG_ENV}=1 for a traceback)")
+            traceback.print_exc()
+            _fail(f"internal error, a bug in mlflow-perfgate ({type(exc).__name__}: {_one_line(exc)}); "
+                  "please report it with the traceback above")
 
     return wrapper
 
@@ -98,47 +88,84 @@ class OptionalFloat(click.ParamType):
             self.fail(f"{value!r} is not a valid float", param, ctx)
 
 
-def threshold_options(func):
-    """The specification's thresholds as options (defaults: the specification's)."""
-    options = [
-        click.option("--min-valid-runs", type=int, default=None, help="Successful attempts each arm needs [5]."),
-        click.option("--min-improvement", type=float, default=None, help="Least median improvement, in [0, 1) [0.05]."),
-        click.option("--quality-tolerance", type=float, default=None, help="Allowed quality drop, >= 0 [0.01]."),
-        click.option("--maximum-failure-rate", type=float, default=None, help="Highest failure rate, in [0, 1] [0.0]."),
-        click.option("--maximum-p95-ratio", type=float, default=None, help="Highest candidate/baseline P95, >= 1 [1.05]."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+class RegistryChoice(click.Choice):
+    """The names of a registry (methods, objectives), read when the option is parsed."""
+
+    def __init__(self, registry):
+        self.registry = registry
+        super().__init__(list(registry))
+
+    @property
+    def choices(self):
+        return tuple(self.registry)
+
+    @choices.setter
+    def choices(self, value):  # click.Choice.__init__ assigns it
+        pass
+
+
+def _setting_option(setting, *, prefix: str = ""):
+    kind = int if setting.integer else float
+    return click.option(f"--{setting.name.replace('_', '-')}", type=kind, default=None,
+                        help=f"{prefix}{setting.help}, {setting.range_text()} [{setting.default:g}].")
 
 
 def decision_options(func):
-    """How a decision is made: method, mode, margin, environment check, objective thresholds."""
+    """How a decision is made, derived from ``Policy`` and the registries: method, mode, objective,
+    the levels, every threshold (the specification's and the objectives'), the environment check."""
+    from mlflow_perfgate.rules._policy import MODES, POLICY_SETTINGS
+    from mlflow_perfgate.rules._registry import METHODS, OBJECTIVES, threshold_settings
+
+    methods = "; ".join(f"{name}: {METHODS.help(name)}" for name in METHODS)
+    objectives = "; ".join(f"{name}: {OBJECTIVES.help(name)}" for name in OBJECTIVES)
     options = [
-        click.option("--method", type=click.Choice(["seed", "robust"]), default="seed", show_default=True,
-                     help="seed: the specification's rule, exact; robust: Mann-Whitney U + Hodges-Lehmann interval."),
-        click.option("--mode", type=click.Choice(["improvement", "non_regression"]), default="improvement",
-                     show_default=True, help="improvement: must be faster; non_regression: may not be slower than --margin."),
-        click.option("--margin", type=float, default=0.05, show_default=True,
-                     help="Slowdown tolerated in non_regression mode (0.05 = 5%)."),
+        click.option("--method", type=RegistryChoice(METHODS), default="seed", show_default=True,
+                     help=f"How to decide ({methods})."),
+        click.option("--mode", type=click.Choice(MODES), default="improvement", show_default=True,
+                     help="improvement: must be faster; non_regression: may not be slower than --margin."),
+        click.option("--objective", type=RegistryChoice(OBJECTIVES), default=None,
+                     help=f"What to judge on ({objectives}) [the comparison run's objective, else latency]."),
+        *(_setting_option(setting) for setting in POLICY_SETTINGS),
+        *(_setting_option(setting) for setting in threshold_settings().values()),
+        click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
+                     help="Any registered threshold by name (those of an objective registered by a plugin)."),
         click.option("--env-mismatch", type=click.Choice(["fail", "warn", "ignore"]), default="fail", show_default=True,
                      help="When attempts' environment fingerprints differ beyond the changed variable."),
-        click.option("--min-memory-reduction", type=float, default=None, help="Memory objective: least reduction [0.10]."),
-        click.option("--maximum-latency-cost", type=float, default=None, help="Memory objective: most latency rise [0.30]."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def collect_thresholds(kwargs: dict) -> dict:
-    """Pop the threshold and decision options from a command's kwargs."""
-    names = ("min_valid_runs", "min_improvement", "quality_tolerance", "maximum_failure_rate", "maximum_p95_ratio",
-             "min_memory_reduction", "maximum_latency_cost")
-    collected = {name: kwargs.pop(name) for name in names if kwargs.get(name) is not None}
-    for name in ("method", "mode", "margin", "env_mismatch"):
-        if name in kwargs:
-            collected[name] = kwargs.pop(name)
+def collect_policy(kwargs: dict) -> dict:
+    """Pop the decision options from a command's kwargs, and validate them as a ``Policy`` (no store read).
+
+    Returns:
+        The options given (``None`` ones left out), for ``evaluate_group`` / ``compare``.
+
+    Raises:
+        PolicyError: a value out of its range or a combination no method judges.
+    """
+    from mlflow_perfgate.rules._policy import POLICY_SETTINGS, Policy
+    from mlflow_perfgate.rules._registry import threshold_settings
+
+    settings = threshold_settings()
+    names = ["method", "mode", "objective", *(s.name for s in POLICY_SETTINGS), *settings]
+    collected = {name: kwargs.pop(name) for name in names if name in kwargs}
+    collected = {name: value for name, value in collected.items() if value is not None}
+    for name, text in parse_assignments(kwargs.pop("extra_thresholds", ()), "--threshold").items():
+        if name not in settings:
+            raise click.BadParameter(f"unknown threshold {name!r}; expected one of {sorted(settings)}",
+                                     param_hint="--threshold")
+        if name in collected:
+            raise click.BadParameter(f"{name!r} given twice", param_hint="--threshold")
+        try:
+            collected[name] = int(text) if settings[name].integer else float(text)
+        except ValueError:
+            raise click.BadParameter(f"{name}={text!r} is not a number", param_hint="--threshold") from None
+    Policy(**{"objective": "latency", **collected})
+    if "env_mismatch" in kwargs:
+        collected["env_mismatch"] = kwargs.pop("env_mismatch")
     return collected
 
 
@@ -146,9 +173,9 @@ def print_decision(result: dict, output_format: str) -> None:
     if output_format == "json":
         click.echo(json.dumps(result, indent=2, default=str))
         return
-    from mlflow_perfgate.tracking._report import decision_markdown
+    from mlflow_perfgate.tracking import decision_markdown
 
-    click.echo(decision_markdown(result))
+    click.echo(result.get("report") or decision_markdown(result))
     click.echo(f"decision run: {result['decision_run_id']}")
 
 
@@ -222,21 +249,18 @@ def record(group, arm, conditions, condition_list, latency_ms, quality, failure,
 @cli.command()
 @click.option("--group", required=True, help="Comparison id to judge.")
 @click.option("--experiment", default=None, help="Experiment name.")
-@click.option("--objective", type=click.Choice(["latency", "memory", "throughput"]), default=None,
-              help="What to judge on [the comparison run's objective, else latency].")
-@threshold_options
 @decision_options
 @click.option("--stale-after", type=float, default=None, metavar="SECONDS",
               help="A RUNNING attempt older than this counts as failed ('stale') [3600].")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @guarded
-def evaluate(group, experiment, objective, stale_after, output_format, **kwargs):
+def evaluate(group, experiment, stale_after, output_format, **kwargs):
     """Judge a group's attempts, log the decision run, exit with the decision's code."""
+    options = collect_policy(kwargs)
     from mlflow_perfgate.tracking import DEFAULT_STALE_AFTER_S, evaluate_group
 
-    thresholds = collect_thresholds(kwargs)
-    result = evaluate_group(group, experiment_name=experiment, objective=objective,
-                            stale_after_s=stale_after or DEFAULT_STALE_AFTER_S, **thresholds)
+    result = evaluate_group(group, experiment_name=experiment, stale_after_s=stale_after or DEFAULT_STALE_AFTER_S,
+                            **options)
     print_decision(result, output_format)
     exit_for(result)
 
@@ -270,12 +294,12 @@ def decisions(experiment, group, output_format):
 @guarded
 def report(group, experiment):
     """Print the markdown report of a group's newest decision."""
-    from mlflow_perfgate.tracking import decisions as query
-    from mlflow_perfgate.tracking._queries import read_report
+    from mlflow_perfgate.errors import InputError
+    from mlflow_perfgate.tracking import decisions as query, read_report
 
     frame = query(experiment_name=experiment, group=group)
     if frame.empty:
-        raise ValueError(f"no decision for group {group!r}; run evaluate first")
+        raise InputError(f"no decision for group {group!r}; run evaluate first")
     click.echo(read_report(frame.iloc[0]["run_id"]), nl=False)
 
 
@@ -290,32 +314,29 @@ def _conditions(sets: tuple[str, ...]) -> dict:
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")
 @click.option("--group", default=None, help="Comparison id (default: a new one).")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
-@click.option("--objective", type=click.Choice(["latency", "memory", "throughput"]), default="latency",
-              show_default=True, help="What the comparison is judged on.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Per-attempt wall-clock limit, seconds.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads in every attempt.")
 @click.option("--in-process", is_flag=True, help="Run attempts in this process (faster; a crash takes the run down).")
 @click.option("--until-decisive", is_flag=True, help="Add attempt pairs while the answer is rerun, up to --max-attempts.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Per-arm cap for --until-decisive.")
-@threshold_options
 @decision_options
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
-def compare(workload, sets, change, attempts, group, experiment, objective, timeout_s, threads, in_process,
+def compare(workload, sets, change, attempts, group, experiment, timeout_s, threads, in_process,
             until_decisive, max_attempts, output_format, no_progress, **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     from mlflow_perfgate.harness import compare as run_compare
 
-    thresholds = collect_thresholds(kwargs)
+    options = collect_policy(kwargs)
     if until_decisive and max_attempts is None:
         max_attempts = 4 * attempts
     result = run_compare(
         workload, _conditions(sets), parse_assignments((change,), "--change"), attempts=attempts, group=group,
-        experiment_name=experiment, objective=objective, supervised=not in_process, timeout_s=timeout_s,
+        experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
-        **thresholds,
+        **options,
     )
     print_decision(result, output_format)
     exit_for(result)
@@ -370,7 +391,6 @@ def diagnose(workload, sets, attempts, capacity_mib, steps, experiment, output_f
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Per-attempt wall-clock limit, seconds.")
 @click.option("--in-process", is_flag=True, help="Run attempts in this process.")
-@threshold_options
 @decision_options
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--gate", is_flag=True, help="Exit with the decision's code (as compare does) instead of 0.")
@@ -383,11 +403,11 @@ def pipeline(workload, sets, attempts, capacity_mib, steps, fallback_change, exp
     """
     from mlflow_perfgate.harness import pipeline as run_pipeline
 
-    thresholds = collect_thresholds(kwargs)
+    options = collect_policy(kwargs)
     fallback = parse_assignments((fallback_change,), "--fallback-change") if fallback_change else None
     outcome = run_pipeline(workload, _conditions(sets), attempts=attempts, capacity_mib=capacity_mib or None,
                            fallback_change=fallback, experiment_name=experiment, steps=steps,
-                           progress=not no_progress, supervised=not in_process, timeout_s=timeout_s, **thresholds)
+                           progress=not no_progress, supervised=not in_process, timeout_s=timeout_s, **options)
     synthesis = outcome["diagnosis"]["synthesis"]
     click.echo(f"diagnosis: {synthesis['status']}, primary signal {synthesis['primary_signal']}: "
                f"{synthesis['hypothesis']} (run {outcome['diagnosis']['diagnosis_run_id']})")

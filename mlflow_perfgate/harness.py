@@ -17,6 +17,7 @@ import uuid
 from typing import Any, Callable
 
 from . import rules
+from .rules._errors import InputError, SingleVariableError
 
 __all__ = [
     "DEFAULT_CONDITIONS",
@@ -67,17 +68,19 @@ def _shape(value: Any) -> list[int] | None:
 def _validated_change(base: dict, change: dict, hypothesis: str) -> tuple[str, Any]:
     """The change checked by the specification's single-variable design."""
     if not isinstance(change, dict) or len(change) != 1:
-        raise ValueError(f"--change must name exactly one variable, got {sorted(map(str, change or {}))}")
+        raise SingleVariableError(f"--change must name exactly one variable, got {sorted(map(str, change or {}))}")
     from .tracking import canonical_value
 
     evidence = {"status": "ready_for_experiment", "hypothesis": hypothesis}
     variable, value = next(iter(change.items()))
     if variable in base and canonical_value(base[variable]) == canonical_value(value):
-        raise ValueError(f"the candidate must really change {variable!r}; both are {canonical_value(value)!r}")
+        raise SingleVariableError(f"the candidate must really change {variable!r}; both are {canonical_value(value)!r}")
     try:
         plan = rules.design_single_variable_experiment(evidence, base, {variable: value})
     except KeyError as exc:
-        raise ValueError(str(exc.args[0])) from None
+        raise InputError(str(exc.args[0])) from None
+    except ValueError as exc:
+        raise SingleVariableError(str(exc)) from None
     return plan["changed_variable"], value
 
 
@@ -92,15 +95,15 @@ def _gpu_name(conditions: dict) -> str:
 
 
 def _log_result(group: str, arm: str, conditions: dict, result, *, experiment_name, parent_run_id) -> str | None:
-    from .tracking import TAG, AttemptDeferred, log_attempt
+    from .tracking import METRIC, TAG, AttemptDeferred, log_attempt
 
     metrics = {}
     if result.peak_mem_mib is not None:
-        metrics["peak_mem_mib"] = result.peak_mem_mib
+        metrics[METRIC.PEAK_MEM] = result.peak_mem_mib
     if result.throughput_tok_s is not None:
-        metrics["throughput_tok_s"] = result.throughput_tok_s
+        metrics[METRIC.THROUGHPUT] = result.throughput_tok_s
     if result.wall_s is not None:
-        metrics["attempt_wall_s"] = result.wall_s
+        metrics[METRIC.ATTEMPT_WALL] = result.wall_s
     environment = {"gpu_name": _gpu_name(conditions)}
     if result.torch_threads is not None:
         environment["torch_threads"] = result.torch_threads
@@ -168,15 +171,15 @@ def compare(
     from .workloads import interleave, run_attempt
 
     if type(attempts) is not int or attempts < 1:
-        raise ValueError(f"attempts must be a positive integer, got {attempts!r}")
+        raise InputError(f"attempts must be a positive integer, got {attempts!r}")
     if until_decisive and (type(max_attempts) is not int or max_attempts < attempts):
-        raise ValueError(f"max_attempts must be an integer >= attempts ({attempts}), got {max_attempts!r}")
+        raise InputError(f"max_attempts must be an integer >= attempts ({attempts}), got {max_attempts!r}")
+    objective = objective or "latency"
+    policy_options = {k: v for k, v in evaluate_kwargs.items() if k != "env_mismatch"}
+    rules.Policy(objective=objective, **policy_options)  # every option checked before anything runs
     base = _base_conditions(workload, conditions, attempts)
     variable, value = _validated_change(base, change, hypothesis)
     candidate = {**base, variable: value}
-    objective = objective or "latency"
-    if objective not in ("latency", "memory", "throughput"):
-        raise ValueError(f"objective must be one of latency, memory, throughput; got {objective!r}")
     group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
                                      workload=workload, parent_run_id=parent_run_id)
@@ -364,6 +367,7 @@ def pipeline(
         "objective": ..., "fallback_used": bool}``.
     """
     parent = os.environ.get("MLFLOW_RUN_ID") or None
+    chosen_objective = evaluate_kwargs.pop("objective", None)
     report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
                       experiment_name=experiment_name, steps=steps, parent_run_id=parent)
     plan = report["plan"]
@@ -371,10 +375,10 @@ def pipeline(
     if fallback_used:
         if plan["action"] == "fix_correctness_first" or not fallback_change:
             return {"diagnosis": report, "decision": None, "change": None, "objective": None, "fallback_used": False}
-        change, objective = dict(fallback_change), "latency"
+        change, objective = dict(fallback_change), chosen_objective or "latency"
     else:
         variable = plan["changed_variable"]
-        change, objective = {variable: plan["candidate"][variable]}, report["objective"]
+        change, objective = {variable: plan["candidate"][variable]}, chosen_objective or report["objective"]
     decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
                        objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
                        hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, **evaluate_kwargs)

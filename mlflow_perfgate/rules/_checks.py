@@ -20,6 +20,7 @@ __all__ = [
     "quality_check",
     "quality_text",
     "tail_check",
+    "tail_text",
     "verdict_of",
 ]
 
@@ -60,7 +61,7 @@ def quality_check(b: ArmSummary, c: ArmSummary, quality_tolerance: float) -> Che
     return Check.build("quality_ok", c.quality >= b.quality - quality_tolerance, figures, quality_text)
 
 
-def _tail_text(f: Mapping) -> str:
+def tail_text(f: Mapping) -> str:
     return (f"candidate P95 {ms(f['candidate'])} is {f['ratio']:.3f}x baseline P95 {ms(f['baseline'])}; "
             f"maximum_p95_ratio {f['threshold']:g}")
 
@@ -69,7 +70,7 @@ def tail_check(b: ArmSummary, c: ArmSummary, maximum_p95_ratio: float) -> Check:
     """``p95_ok`` as the specification has it: candidate P95 over baseline P95 at most the threshold."""
     ratio = c.p95_ms / b.p95_ms
     figures = {"candidate": c.p95_ms, "baseline": b.p95_ms, "ratio": ratio, "threshold": maximum_p95_ratio}
-    return Check.build("p95_ok", ratio <= maximum_p95_ratio, figures, _tail_text)
+    return Check.build("p95_ok", ratio <= maximum_p95_ratio, figures, tail_text)
 
 
 def verdict_of(checks: list[Check]) -> tuple[str, str]:

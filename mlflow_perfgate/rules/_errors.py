@@ -1,25 +1,7 @@
-"""The errors of mlflow-perfgate, and the helpers that raise them with the field's name.
+"""The helpers that raise the errors of ``mlflow_perfgate.errors`` with the field's name.
 
-The tree (every class is also a ``ValueError``, so code written against the first release's
-"everything is a ValueError" keeps working)::
-
-    ValueError
-     +-- PerfgateError              something the user can fix; the CLI prints it in one line, exit 2
-          +-- InputError            a bad argument, option, record, condition or stored value
-          |    +-- RuleTypeError    a field holds a value of the wrong type (also a TypeError)
-          |    +-- MissingField     a required field or metric is absent (also a KeyError)
-          |    +-- PolicyError      a threshold or decision option out of its range
-          |    +-- FormatError      stored JSON (journal, child result, decision.json) of an unknown format
-          +-- SingleVariableError   the arms do not differ in exactly one condition
-          +-- EnvironmentMismatch   the arms ran in environments that differ beyond the changed variable
-          +-- StoreError            the tracking store could not do what was asked
-               +-- StoreRefused     it answered and refused (HTTP 401/403, a run that does not exist, ...)
-               +-- StoreUnavailable it could not be reached (refused connection, timeout, 502/503)
-
-Any other exception that reaches the command line is a bug: it is shown with its traceback.
-
-The specification's eight functions keep its contract: they raise plain ``ValueError`` and
-``KeyError`` exactly where it does (``RuleTypeError`` where its code would raise ``TypeError``).
+The tree itself is defined and drawn in ``mlflow_perfgate.errors`` (pure Python, like this
+package); it is imported here so the rules raise it.
 """
 
 from __future__ import annotations
@@ -28,75 +10,11 @@ import functools
 import math
 from typing import Any
 
-__all__ = [
-    "EnvironmentMismatch",
-    "FormatError",
-    "InputError",
-    "MissingField",
-    "PerfgateError",
-    "PolicyError",
-    "RuleTypeError",
-    "SingleVariableError",
-    "StoreError",
-    "StoreRefused",
-    "StoreUnavailable",
-    "check_finite",
-    "check_unit_interval",
-    "compare",
-    "typed_inputs",
-]
+from .. import errors as _tree
+from ..errors import *  # noqa: F403 - the tree, re-exported for the rules and the layers above
+from ..errors import PolicyError, RuleTypeError
 
-
-class PerfgateError(ValueError):
-    """Something the user can fix. Its message says what and, where it can, how."""
-
-
-class InputError(PerfgateError):
-    """A bad argument, option, record, condition or stored value."""
-
-
-class RuleTypeError(InputError, TypeError):
-    """A field holds a value of the wrong type.
-
-    The specification's code raises ``TypeError`` where a field is not a number (it fails inside
-    ``math.isfinite`` or a comparison) and ``ValueError`` for a number out of range. This class is
-    both, so code written against either contract catches it, and its message names the field.
-    """
-
-
-class MissingField(InputError, KeyError):
-    """A required field or metric is absent (also a ``KeyError``, as the specification raises)."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
-
-
-class PolicyError(InputError):
-    """A threshold or decision option is out of its range; the message names the field and the range."""
-
-
-class FormatError(InputError):
-    """Stored JSON (a journal line, a child's result, ``decision.json``) is of a format this version cannot read."""
-
-
-class SingleVariableError(PerfgateError):
-    """Baseline and candidate do not differ in exactly one condition, or an arm's attempts disagree."""
-
-
-class EnvironmentMismatch(PerfgateError):
-    """The attempts ran in environments that differ beyond what the changed variable explains."""
-
-
-class StoreError(PerfgateError):
-    """The tracking store could not do what was asked."""
-
-
-class StoreRefused(StoreError):
-    """The store answered and refused: credentials, permissions, a run that does not exist."""
-
-
-class StoreUnavailable(StoreError, ConnectionError):
-    """The store could not be reached (connection refused, timeout, a proxy's 502/503)."""
+__all__ = sorted([*_tree.__all__, "check_finite", "check_unit_interval", "compare", "typed_inputs"])
 
 
 def check_finite(value: Any, field: str) -> bool:

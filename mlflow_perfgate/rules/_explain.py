@@ -7,7 +7,7 @@ the same texts as the checks' own.
 
 from __future__ import annotations
 
-from ._checks import failure_rate_text, quality_text
+from ._checks import failure_rate_text, quality_text, tail_text
 from ._records import STATUS_WORDS, ms, pct
 
 __all__ = ["common_messages", "explain_checks", "ms", "pct"]
@@ -40,11 +40,10 @@ def explain_checks(result: dict, quality_tolerance: float | None = None) -> dict
     if "failure_rate_ok" not in result:
         return {}
     from ._regression import _improvement_text, _no_regression_text
-    from ._checks import _tail_text
 
     b, c = result["baseline"], result["candidate"]
     messages = common_messages(result, quality_tolerance)
-    messages["p95_ok"] = f"{STATUS_WORDS[result['p95_ok']]}: " + _tail_text(
+    messages["p95_ok"] = f"{STATUS_WORDS[result['p95_ok']]}: " + tail_text(
         {"candidate": c["p95_ms"], "baseline": b["p95_ms"], "ratio": result["p95_ratio"],
          "threshold": result["maximum_p95_ratio"]})
     name = "no_regression_ok" if "no_regression_ok" in result else "improvement_ok"

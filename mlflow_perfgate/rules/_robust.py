@@ -24,10 +24,11 @@ import math
 from typing import Mapping
 
 from ._checks import contention_flags, failure_rate_check, precondition, quality_check, verdict_of
+from ._checks import tail_text as spec_tail_text
 from ._errors import RuleTypeError, typed_inputs
 from ._policy import MODES, Policy
 from ._explain import common_messages
-from ._records import STATUS_WORDS, ArmSummary, Check, Decision, ms, pct, ratio_text
+from ._records import STATUS_WORDS, ArmSummary, Check, Decision, pct, ratio_text
 from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._regression import evaluate_seed_non_regression
 from ._sequential import sequential_thresholds
@@ -60,8 +61,7 @@ def _interval_text(f: Mapping) -> str:
 
 
 def _tail_text(f: Mapping) -> str:
-    return (f"candidate P95 {ms(f['candidate'])} is {f['ratio']:.3f}x baseline P95 {ms(f['baseline'])}; "
-            f"maximum_p95_ratio {f['threshold']:g}, tail test p = {f['p_value']:.3g} against alpha {f['alpha']:g}")
+    return f"{spec_tail_text(f)}, tail test p = {f['p_value']:.3g} against alpha {f['alpha']:g}"
 
 
 def _improvement_text(f: Mapping) -> str:
@@ -113,44 +113,24 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
     With ``look`` and ``max_looks`` (repeated looks of ``compare --until-decisive``), ``alpha``
     and the interval's confidence are spent across the looks (:func:`sequential_thresholds`).
 
-    Args (of :func:`evaluate_robust`, the policy's fields here):
-        baseline_runs, candidate_runs: attempt records (see :func:`summarize_repeated_runs`).
-        mode: ``"improvement"`` (the specification's question) or ``"non_regression"``.
-        margin: the slowdown tolerated in ``"non_regression"``, a finite number >= 0.
-        alpha: the one-sided significance level of the improvement and tail tests, in (0, 1).
-            It is the rate of accepting a candidate that is not faster at all that one signs up
-            for: on a noisy machine a significant result nearly always also estimates at least
-            ``min_improvement``, so the false-accept rate approaches ``alpha``. 0.02 holds it at
-            2%; 0.01 would cost power to contention (each contended candidate attempt adds
-            ``n`` to U: in simulations with the noise model of ``benchmarks/decision_quality.py``
-            and 5-10% contended attempts, a 20% speedup at 10 attempts per arm is accepted
-            82-93% of the time instead of 94-99%).
-        min_valid_runs, min_improvement, quality_tolerance, maximum_failure_rate,
-            maximum_p95_ratio: as for :func:`evaluate_regression`.
-        confidence: the confidence of the ratio interval, in (0, 1); each of its tails is a
-            one-sided error of ``(1 - confidence) / 2``. 0.90 makes the non-regression decision
-            Schuirmann's two one-sided tests at 5% each (the convention of non-inferiority and
-            equivalence testing; D. J. Schuirmann, J. Pharmacokinet. Biopharm. 15(6), 657-680,
-            1987): a candidate exactly ``margin`` slower is rejected, and accepted, 5% of the
-            time.
+    The policy's levels: ``alpha`` is the one-sided significance level of the improvement and
+    tail tests. It is the rate of accepting a candidate that is not faster at all that one signs
+    up for: on a noisy machine a significant result nearly always also estimates at least
+    ``min_improvement``, so the false-accept rate approaches ``alpha``. 0.02 holds it at 2%.
+    ``confidence`` is the ratio interval's; each of its tails is a one-sided error of
+    ``(1 - confidence) / 2``. 0.90 makes the non-regression decision Schuirmann's two one-sided
+    tests at 5% each (D. J. Schuirmann, J. Pharmacokinet. Biopharm. 15(6), 657-680, 1987): a
+    candidate exactly ``margin`` slower is rejected, and accepted, 5% of the time.
 
     Returns:
-        ``baseline``, ``candidate``, ``decision``, ``reason``, ``method`` (``"robust"``),
-        ``mode`` and ``recommended_attempts`` (attempts per arm; on an ``inconclusive`` or
-        ``insufficient_valid_runs`` rerun when estimable, else ``None``); once the checks ran
-        also ``failure_rate_ok``, ``quality_ok``, ``p95_ok``, ``improvement_ok`` or
-        ``no_regression_ok``, ``failed_checks``, ``baseline_noise``, ``observed_improvement``,
+        The :class:`Decision`: its figures are ``baseline_noise``, ``observed_improvement``,
         ``required_improvement`` (``min_improvement``, or ``-margin``), ``maximum_failure_rate``,
-        ``maximum_p95_ratio``, ``margin``, ``alpha``, ``confidence``, ``p_value`` (one-sided
-        Mann-Whitney U, ``scipy.stats.mannwhitneyu`` defaults, towards a faster candidate in
-        ``"improvement"`` and a slower one in ``"non_regression"``), ``ratio_estimate``,
-        ``ratio_ci_low``, ``ratio_ci_high`` (``None`` where unbounded), ``p95_ratio``,
-        ``p95_p_value`` and ``contention`` (``{"baseline": [...], "candidate": [...]}``, indices
-        into the run lists of flagged successful attempts).
-
-    Raises:
-        ValueError: a threshold or argument is out of range, or an attempt record is invalid.
-        KeyError: a successful attempt misses ``latency_ms`` or ``quality``.
+        ``maximum_p95_ratio``, ``margin``, ``alpha``, ``confidence`` (at this look), ``p_value``
+        (one-sided Mann-Whitney U, ``scipy.stats.mannwhitneyu`` defaults, towards a faster
+        candidate in ``"improvement"`` and a slower one in ``"non_regression"``),
+        ``ratio_estimate``, ``ratio_ci_low``, ``ratio_ci_high`` (``None`` where unbounded),
+        ``p95_ratio`` and ``p95_p_value``; its advice ``recommended_attempts`` (on an
+        ``inconclusive`` or ``insufficient_valid_runs`` rerun when estimable) and ``contention``.
     """
     from scipy.stats import mannwhitneyu
 

@@ -15,6 +15,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import _validate_param_name, _validate_tag_name
 
 from .. import rules
+from ..rules._errors import InputError
 from . import _client, _journal
 from ._environment import ENV_TAG_PREFIX, fingerprint
 from ._schema import (
@@ -26,6 +27,7 @@ from ._schema import (
     METRIC,
     TAG,
     canonical_conditions,
+    fit,
     group_key,
 )
 
@@ -33,40 +35,39 @@ __all__ = ["log_attempt", "attempt", "AttemptRecorder", "AttemptDeferred", "clip
 
 
 def clip(text: str, limit: int = MAX_TAG_VALUE) -> str:
-    """Shorten a message of our own making to fit a tag; user input is refused instead."""
-    marker = " ... [truncated]"
-    return text if len(text) <= limit else text[: limit - len(marker)] + marker
+    """Shorten a message of our own making to fit a tag (with the marker); user input is refused instead."""
+    return fit(text, limit)
 
 
 def _check_key(key: Any, what: str, validator) -> None:
     if not isinstance(key, str) or not key:
-        raise ValueError(f"{what} key must be a non-empty string, got {key!r}")
+        raise InputError(f"{what} key must be a non-empty string, got {key!r}")
     _check_encodable(key, f"{what} key")
     if len(key) > MAX_KEY_LENGTH:
-        raise ValueError(f"{what} key {key[:40]!r}... is {len(key)} characters; MLflow allows {MAX_KEY_LENGTH}")
+        raise InputError(f"{what} key {key[:40]!r}... is {len(key)} characters; MLflow allows {MAX_KEY_LENGTH}")
     try:
         validator(key)
     except MlflowException as exc:
-        raise ValueError(f"{what} key {key!r} is not accepted by MLflow: {exc.message}") from None
+        raise InputError(f"{what} key {key!r} is not accepted by MLflow: {exc.message}") from None
 
 
 def _check_encodable(value: str, what: str) -> None:
     """Refuse text no store keeps faithfully: NUL (PostgreSQL refuses it) and text that is not
     UTF-8 (lone surrogates, from command-line bytes that were not UTF-8)."""
     if "\x00" in value:
-        raise ValueError(f"{what} contains a NUL character, which tracking stores cannot keep")
+        raise InputError(f"{what} contains a NUL character, which tracking stores cannot keep")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"{what} is not valid UTF-8 text") from None
+        raise InputError(f"{what} is not valid UTF-8 text") from None
 
 
 def _check_text(value: Any, what: str, limit: int) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+        raise InputError(f"{what} must be a string, got {type(value).__name__}")
     _check_encodable(value, what)
     if len(value) > limit:
-        raise ValueError(
+        raise InputError(
             f"{what} is {len(value)} characters; MLflow keeps at most {limit} and would truncate it"
         )
     return value
@@ -74,19 +75,19 @@ def _check_text(value: Any, what: str, limit: int) -> str:
 
 def _real(value: Any, what: str, *, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
-        raise ValueError(f"{what} must be a number, got {type(value).__name__} {value!r}")
+        raise InputError(f"{what} must be a number, got {type(value).__name__} {value!r}")
     number = float(value)
     if not math.isfinite(number):
-        raise ValueError(f"{what} must be finite, got {value!r} (MLflow cannot store NaN or infinity faithfully)")
+        raise InputError(f"{what} must be finite, got {value!r} (MLflow cannot store NaN or infinity faithfully)")
     if positive and number <= 0:
-        raise ValueError(f"{what} must be > 0, got {value!r}")
+        raise InputError(f"{what} must be > 0, got {value!r}")
     return number
 
 
 def _check_params(conditions: dict) -> dict[str, str]:
     params = canonical_conditions(conditions)
     if not params:
-        raise ValueError("conditions must name at least one condition (model, batch_size, ...)")
+        raise InputError("conditions must name at least one condition (model, batch_size, ...)")
     for key, value in params.items():
         _check_key(key, "condition", _validate_param_name)
         _check_text(value, f"condition {key!r}", MAX_PARAM_VALUE)
@@ -95,13 +96,13 @@ def _check_params(conditions: dict) -> dict[str, str]:
 
 def _check_group(group: Any) -> str:
     if not isinstance(group, str) or not group.strip():
-        raise ValueError(f"group must be a non-empty string, got {group!r}")
+        raise InputError(f"group must be a non-empty string, got {group!r}")
     return _check_text(group, "group", MAX_TAG_VALUE)
 
 
 def _check_arm(arm: Any) -> str:
     if arm not in ARMS:
-        raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
+        raise InputError(f"arm must be one of {list(ARMS)}, got {arm!r}")
     return arm
 
 
@@ -111,9 +112,9 @@ def _validity_tags(validity: dict | None) -> dict[str, str]:
     try:
         report = rules.validate_validity_report(validity)
     except KeyError as exc:
-        raise ValueError(f"validity: {exc.args[0]}") from None
+        raise InputError(f"validity: {exc.args[0]}") from None
     except ValueError as exc:
-        raise ValueError(f"validity: {exc}") from None
+        raise InputError(f"validity: {exc}") from None
     return {
         TAG.RUN_VALID: "true" if report["run_valid"] else "false",
         TAG.ISSUES: _check_text(",".join(report["issues"]), "validity issues", MAX_TAG_VALUE),
@@ -141,16 +142,16 @@ class _Result:
 def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, validity: Any,
                   metrics: dict | None, step_times_ms: Any, tags: dict | None) -> _Result:
     if type(ok) is not bool:
-        raise ValueError(f"ok must be True or False, got {ok!r}")
+        raise InputError(f"ok must be True or False, got {ok!r}")
     result = _Result(ok=ok)
     if ok:
         if failure is not None:
-            raise ValueError("an ok attempt cannot have a failure reason; pass ok=False")
+            raise InputError("an ok attempt cannot have a failure reason; pass ok=False")
         if latency_ms is None or quality is None:
-            raise ValueError("an ok attempt needs latency_ms (finite, > 0) and quality (finite)")
+            raise InputError("an ok attempt needs latency_ms (finite, > 0) and quality (finite)")
     else:
         if not isinstance(failure, str) or not failure.strip():
-            raise ValueError("a failed attempt (ok=False) needs a non-empty failure reason")
+            raise InputError("a failed attempt (ok=False) needs a non-empty failure reason")
         result.tags[TAG.FAILURE] = _check_text(failure, "failure", MAX_TAG_VALUE)
     if latency_ms is not None:
         result.metrics[METRIC.LATENCY] = _real(latency_ms, "latency_ms", positive=True)
@@ -170,7 +171,7 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
 
 def _env_tags(environment: dict | None) -> dict[str, str]:
     if environment is not None and not isinstance(environment, dict):
-        raise ValueError(f"environment must be a dict, got {type(environment).__name__}")
+        raise InputError(f"environment must be a dict, got {type(environment).__name__}")
     tags = {}
     for key, value in fingerprint(environment).items():
         tag = ENV_TAG_PREFIX + key
@@ -185,7 +186,7 @@ def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: 
         attempt_id = uuid.uuid4().hex
     _check_text(attempt_id, "attempt_id", MAX_TAG_VALUE)
     if not attempt_id.strip():
-        raise ValueError("attempt_id must be a non-empty string")
+        raise InputError("attempt_id must be a non-empty string")
     tags = {
         TAG.KIND: KIND_ATTEMPT,
         TAG.GROUP: group,
@@ -196,7 +197,7 @@ def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: 
     }
     if parent_run_id is not None:
         if not isinstance(parent_run_id, str) or not parent_run_id.strip():
-            raise ValueError(f"parent_run_id must be a run id string, got {parent_run_id!r}")
+            raise InputError(f"parent_run_id must be a run id string, got {parent_run_id!r}")
         tags[TAG.PARENT] = parent_run_id
     return tags
 
@@ -256,7 +257,7 @@ def log_attempt(
         The run id.
 
     Raises:
-        ValueError: bad input (nothing was written).
+        InputError: bad input (nothing was written).
         AttemptDeferred: the server could not be reached; the attempt is in the journal.
     """
     group, arm = _check_group(group), _check_arm(arm)
@@ -266,7 +267,7 @@ def log_attempt(
     creation_tags = _creation_tags(group, arm, attempt_id, parent_run_id, environment)
     if experiment_name is not None:
         if not isinstance(experiment_name, str) or not experiment_name.strip():
-            raise ValueError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
+            raise InputError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
         _check_encodable(experiment_name, "experiment_name")
     mlflow_client = _client.client()
     payload = {
@@ -431,7 +432,7 @@ def attempt(
         raise
     if recorder._reported is None:
         finish(_failed("no_result: the attempt body reported no outcome"), RunStatus.FAILED)
-        raise ValueError("the attempt body must call report(latency_ms=..., quality=...) or fail(...)")
+        raise InputError("the attempt body must call report(latency_ms=..., quality=...) or fail(...)")
     reported = recorder._reported
     finish(reported, RunStatus.FINISHED if reported["ok"] else RunStatus.FAILED)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from typing import Callable, Iterable, TypeVar
 
@@ -11,9 +12,10 @@ from mlflow.entities import Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from ..rules._errors import InputError, StoreRefused, StoreUnavailable
 from ._schema import MAX_ENTITIES_PER_BATCH, MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
 
-__all__ = ["client", "resolve_experiment", "retrying", "log_batch", "search_all"]
+__all__ = ["client", "log_batch", "resolve_experiment", "retrying", "search_all", "store_error"]
 
 T = TypeVar("T")
 #: Page size of a search: MLflow's default page, which every store and server accepts.
@@ -77,19 +79,60 @@ def short_error(exc: BaseException) -> str:
     return text[:300]
 
 
+def refusal_text(exc: BaseException) -> str | None:
+    """A tracking server's 401 / 403 in words, instead of MLflow's HTTP dump; ``None`` for other errors."""
+    code = getattr(exc, "error_code", None)
+    if code not in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return None
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or "the tracking server"
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    match = re.search(r"endpoint (/\S+)", str(exc))
+    where = f" on {match.group(1)}" if match else ""
+    if code == "UNAUTHENTICATED":
+        if not user and not os.environ.get("MLFLOW_TRACKING_TOKEN"):
+            return (f"{uri} requires a login (HTTP 401{where}): set MLFLOW_TRACKING_USERNAME and "
+                    "MLFLOW_TRACKING_PASSWORD")
+        return (f"{uri} did not accept the credentials of user {user!r} (HTTP 401{where}): check "
+                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+    return (f"user {user!r} may not do this on {uri} (HTTP 403 permission denied{where}): recording attempts "
+            "and writing decisions need EDIT permission on the experiment; ask its owner or an admin")
+
+
+def store_error(exc: BaseException) -> StoreRefused | StoreUnavailable | None:
+    """The error the user sees for a failed store call: refused (it answered no) or unavailable."""
+    if isinstance(exc, (StoreRefused, StoreUnavailable)):
+        return exc
+    refusal = refusal_text(exc)
+    if refusal is not None:
+        return StoreRefused(refusal)
+    if is_unreachable(exc):
+        where = os.environ.get("MLFLOW_TRACKING_URI") or "the tracking store"
+        return StoreUnavailable(f"{where} could not be reached ({short_error(exc)}); check that the server "
+                                "is up and MLFLOW_TRACKING_URI is right")
+    if isinstance(exc, MlflowException):
+        return StoreRefused(f"the tracking store refused the request: {short_error(exc)}")
+    return None
+
+
 def retrying(call: Callable[[], T]) -> T:
     """Run a store call, retrying while SQLite reports its database locked.
 
     A locked SQLite write rolls back whole, so a retry never writes twice. Concurrent writer
-    processes on one SQLite file meet this under load; other errors pass through at once.
+    processes on one SQLite file meet this under load. Other store errors are raised at once
+    as :class:`StoreRefused` or :class:`StoreUnavailable` (the original as their cause).
     """
     for attempt in range(_LOCK_RETRIES):
         try:
             return call()
-        except MlflowException as exc:
-            if "database is locked" not in str(exc) or attempt == _LOCK_RETRIES - 1:
+        except Exception as exc:
+            locked = isinstance(exc, MlflowException) and "database is locked" in str(exc)
+            if locked and attempt < _LOCK_RETRIES - 1:
+                time.sleep(0.05 * (2**attempt) * (1 + random.random()))
+                continue
+            translated = store_error(exc)
+            if translated is None or translated is exc:
                 raise
-        time.sleep(0.05 * (2**attempt) * (1 + random.random()))
+            raise translated from exc
     raise AssertionError("unreachable")
 
 
@@ -101,7 +144,7 @@ def resolve_experiment(mlflow_client: MlflowClient, experiment_name: str | None,
     never falls back to Default (which ``mlflow.set_experiment`` in each worker can do).
 
     Raises:
-        ValueError: the experiment does not exist and ``create`` is false, or it is deleted.
+        InputError: the experiment does not exist and ``create`` is false, or it is deleted.
     """
     if experiment_name is None:
         experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
@@ -109,10 +152,10 @@ def resolve_experiment(mlflow_client: MlflowClient, experiment_name: str | None,
             experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or DEFAULT_EXPERIMENT_ID
             experiment = retrying(lambda: mlflow_client.get_experiment(experiment_id))
             if experiment.lifecycle_stage != "active":
-                raise ValueError(f"experiment id {experiment_id} is deleted")
+                raise InputError(f"experiment id {experiment_id} is deleted")
             return experiment.experiment_id
     if not isinstance(experiment_name, str) or not experiment_name.strip():
-        raise ValueError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
+        raise InputError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
     cache_key = (mlflow_client.tracking_uri, experiment_name)
     if cache_key in _KNOWN_EXPERIMENTS:
         return _KNOWN_EXPERIMENTS[cache_key]
@@ -125,15 +168,15 @@ def _lookup_or_create(mlflow_client: MlflowClient, experiment_name: str, create:
     experiment = retrying(lambda: mlflow_client.get_experiment_by_name(experiment_name))
     if experiment is None:
         if not create:
-            raise ValueError(f"experiment {experiment_name!r} does not exist")
+            raise InputError(f"experiment {experiment_name!r} does not exist")
         try:
             return retrying(lambda: mlflow_client.create_experiment(experiment_name))
-        except MlflowException:
+        except StoreRefused:
             experiment = retrying(lambda: mlflow_client.get_experiment_by_name(experiment_name))
             if experiment is None:
                 raise
     if experiment.lifecycle_stage != "active":
-        raise ValueError(
+        raise InputError(
             f"experiment {experiment_name!r} is deleted; restore it or choose another name"
         )
     return experiment.experiment_id

@@ -6,8 +6,10 @@ line follows once MLflow has it. An attempt whose write failed stays in the jour
 ``attempt_id`` MLflow already holds is only marked synced.
 
 The journal is one JSON object per line at ``$MLFLOW_PERFGATE_JOURNAL`` (default
-``.perfgate/journal.jsonl`` under the working directory). A torn last line (a crash while
-appending) is skipped on reading.
+``.perfgate/journal.jsonl`` under the working directory), each with its format version
+(``format``; see ``_schema.JOURNAL_FORMAT``). A torn line (a crash while appending) and a line
+of a format this release does not know are skipped on reading, and reported by
+:func:`skipped_lines`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["journal_path", "append", "mark_synced", "mark_rejected", "pending", "JOURNAL_ENV"]
+from ._schema import JOURNAL_FORMAT
+
+__all__ = ["JOURNAL_ENV", "append", "journal_path", "mark_rejected", "mark_synced", "pending", "skipped_lines"]
 
 JOURNAL_ENV = "MLFLOW_PERFGATE_JOURNAL"
 
@@ -29,7 +33,7 @@ def journal_path() -> Path:
 def _append_line(entry: dict) -> None:
     path = journal_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(entry, sort_keys=True, allow_nan=False) + "\n"
+    line = json.dumps({"format": JOURNAL_FORMAT, **entry}, sort_keys=True, allow_nan=False) + "\n"
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(line)
         handle.flush()
@@ -51,18 +55,36 @@ def mark_rejected(attempt_id: str, reason: str) -> None:
     _append_line({"type": "rejected", "attempt_id": attempt_id, "reason": reason[:500], "written_at": time.time()})
 
 
-def _entries() -> list[dict]:
+def _read() -> tuple[list[dict], list[str]]:
+    """The journal's entries and, for each line skipped, where and why."""
     path = journal_path()
     if not path.exists():
-        return []
-    entries = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
+        return [], []
+    entries, skipped = [], []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
             try:
-                entries.append(json.loads(line))
+                entry = json.loads(line)
             except json.JSONDecodeError:
-                continue  # a torn line from a crash mid-append
-    return entries
+                skipped.append(f"{path}:{number}: not a whole JSON line (a crash while writing?)")
+                continue
+            if not isinstance(entry, dict) or not isinstance(entry.get("attempt_id"), str):
+                skipped.append(f"{path}:{number}: not a journal entry")
+                continue
+            if entry.get("format", 0) not in (0, JOURNAL_FORMAT):
+                skipped.append(f"{path}:{number}: format {entry.get('format')!r}, newer than this release reads")
+                continue
+            entries.append(entry)
+    return entries, skipped
+
+
+def _entries() -> list[dict]:
+    return _read()[0]
+
+
+def skipped_lines() -> list[str]:
+    """The lines the journal's reader skips, each as ``path:line: why``."""
+    return _read()[1]
 
 
 def pending(tracking_uri: str | None = None, group: str | None = None) -> list[dict]:

@@ -7,9 +7,10 @@ import time
 
 from mlflow.entities import RunStatus, ViewType
 
+from ..rules._errors import InputError
 from . import _client, _journal
 from ._attempts import _experiment_env, clip, write_payload
-from ._evaluate import group_filter
+from ._group import group_filter
 from ._schema import KIND_ATTEMPT, TAG
 
 __all__ = ["sync", "reap", "parse_duration"]
@@ -22,7 +23,7 @@ def parse_duration(text: str) -> float:
     """``"90"``, ``"90s"``, ``"30m"``, ``"2h"`` or ``"1d"`` in seconds."""
     match = _DURATION.match(str(text))
     if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"a duration must be a positive number with an optional unit s, m, h or d (like 2h); got {text!r}")
+        raise InputError(f"a duration must be a positive number with an optional unit s, m, h or d (like 2h); got {text!r}")
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
@@ -67,7 +68,7 @@ def reap(older_than_s: float, *, experiment_name: str | None = None, group: str 
         The reaped run ids.
     """
     if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or older_than_s <= 0:
-        raise ValueError(f"older_than_s must be a number > 0, got {older_than_s!r}")
+        raise InputError(f"older_than_s must be a number > 0, got {older_than_s!r}")
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     filter_string = group_filter(group) if group is not None else f"tags.\"{TAG.KIND}\" = '{KIND_ATTEMPT}'"

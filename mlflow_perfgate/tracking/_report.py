@@ -1,4 +1,9 @@
-"""What a person reads: the markdown note and report, the latency plot, the attempts table."""
+"""What a person reads: the markdown note and report, the latency plot, the attempts table.
+
+Public: :func:`decision_markdown` (the report of a result), :func:`read_report` and
+:func:`read_decision` (a decision run's ``report.md`` and ``decision.json``). The report's
+figure rows and its "what each method says" lines come from the registries.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +13,21 @@ import os
 import tempfile
 from pathlib import Path
 
-from ._schema import ARMS, MAX_TAG_VALUE
+from ..rules._errors import FormatError
+from ..rules._records import REASONS, headline
+from ..rules._registry import METHODS, OBJECTIVES
+from . import _client
+from ._schema import ARMS, ARTIFACT_DIR, DECISION_FORMAT, MAX_TAG_VALUE, fit
 
-__all__ = ["decision_markdown", "fit_note", "prepare_artifacts", "log_artifacts", "write_step_summary", "latency_plot"]
+__all__ = ["ARTIFACT_DIR", "decision_markdown", "fit_note", "latency_plot", "log_artifacts", "prepare_artifacts",
+           "read_decision", "read_report", "write_step_summary"]
 
-ARTIFACT_DIR = "perfgate"
-HEADLINES = {
-    "accept": "ACCEPT: the candidate is faster, no worse in quality, and no less reliable",
-    "reject": "REJECT: the candidate fails at least one declared check",
-    "rerun": "RERUN: the evidence is not enough to decide",
-    "blocked_by_correctness": "BLOCKED BY CORRECTNESS: fix the invalid runs before any performance reading",
-}
-REASONS = {
-    "insufficient_valid_runs": "an arm has fewer successful attempts than min_valid_runs",
-    "unreliable_baseline": "the baseline's own failure rate exceeds maximum_failure_rate",
-    "attempts_in_progress": "some attempts are still running; evaluate again when they end",
-    "declared_thresholds_checked": "every declared threshold was checked",
-    "run_invalid": "an attempt failed its correctness probe",
-    "attempts_not_synced": "attempts of this group are still in the local journal, not in MLflow",
-}
+#: The rows every report has: (label, key of the arm summary, unit).
+_COMMON_ROWS = (
+    ("attempts", "attempted_runs", ""), ("successful", "valid_runs", ""), ("failed", "failed_runs", ""),
+    ("failure rate", "failure_rate", ""), ("median", "median_ms", " ms"), ("P95 (nearest rank)", "p95_ms", " ms"),
+    ("quality", "quality", ""),
+)
 
 
 def _fmt(value, unit: str = "") -> str:
@@ -37,10 +38,35 @@ def _fmt(value, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _rows() -> list[tuple[str, str, str, bool]]:
+    """(label, key, unit, shown only when an arm has it): the common rows, then each objective's."""
+    rows = [(label, key, unit, False) for label, key, unit in _COMMON_ROWS]
+    seen = {key for _, key, _ in _COMMON_ROWS}
+    for name in OBJECTIVES:
+        for figure in OBJECTIVES[name].arm_figures:
+            if figure.name not in seen:
+                seen.add(figure.name)
+                rows.append((figure.label or figure.name, figure.name, figure.unit, True))
+    return rows
+
+
+def _headline(result: dict) -> str:
+    objective = OBJECTIVES[result["objective"]] if result.get("objective") in OBJECTIVES else None
+    accept = objective.headlines.get(result.get("mode", "improvement")) if objective else None
+    return headline(result["decision"], accept)
+
+
 def decision_markdown(result: dict) -> str:
-    """The decision as markdown: headline, reasons, per-check messages and the figures."""
+    """The decision as markdown: headline, reasons, per-check messages and the figures.
+
+    Args:
+        result: what ``evaluate_group`` returned (or ``compare``).
+
+    Returns:
+        The report's text, as logged in ``report.md`` and the run's note.
+    """
     decision = result["decision"]
-    lines = [f"## {HEADLINES.get(decision, decision.upper())}", ""]
+    lines = [f"## {_headline(result)}", ""]
     lines.append(f"- group: `{result['group']}`")
     if result.get("changed_variable"):
         lines.append(
@@ -49,7 +75,8 @@ def decision_markdown(result: dict) -> str:
         )
     lines.append(f"- reason: `{result['reason']}`: {REASONS.get(result['reason'], result['reason'])}")
     if result.get("objective"):
-        how = f"- objective: `{result['objective']}`; method: `{result.get('method', 'seed')}`; mode: `{result.get('mode', 'improvement')}`"
+        how = (f"- objective: `{result['objective']}`; method: `{result.get('method', 'seed')}`; "
+               f"mode: `{result.get('mode', 'improvement')}`")
         if result.get("mode") == "non_regression":
             how += f" (margin {result.get('margin', 0) * 100:.1f}%)"
         lines.append(how)
@@ -69,27 +96,18 @@ def decision_markdown(result: dict) -> str:
     messages = result.get("messages") or {}
     if messages:
         lines += ["", "### Checks", ""] + [f"- `{name}` {text}" for name, text in messages.items()]
-    robust, seed = result.get("robust") or {}, result.get("seed") or {}
-    if robust:
-        low, high = robust.get("ratio_ci_low"), robust.get("ratio_ci_high")
-        lines += ["", "### Both methods", "",
-                  f"- seed (the specification's rule): `{seed.get('decision')}` ({seed.get('reason')}); "
-                  f"noise proxy {_fmt(seed.get('baseline_noise'))}, required improvement "
-                  f"{_fmt(seed.get('required_improvement'))}, observed {_fmt(seed.get('observed_improvement'))}",
-                  f"- robust: `{robust.get('decision')}` ({robust.get('reason')}); one-sided Mann-Whitney p = "
-                  f"{_fmt(robust.get('p_value'))}; candidate/baseline ratio {_fmt(robust.get('ratio_estimate'))}, "
-                  f"{_fmt((robust.get('confidence') or 0) * 100)}% interval {_fmt(low)} to {_fmt(high)} (Hodges-Lehmann)"]
+    companions = [name for name in METHODS if isinstance(result.get(name), dict) and "decision" in result[name]]
+    if companions:
+        lines += ["", "### What each method says", ""]
+        for name in companions:
+            summary, method = result[name], METHODS[name]
+            figures = method.describe(summary) if method.describe else ", ".join(
+                f"{figure.label or figure.name} {_fmt(summary.get(figure.name))}" for figure in method.figures)
+            lines.append(f"- {name} ({method.help}): `{summary['decision']}` ({summary['reason']}); {figures}")
     lines += ["", "### Figures", "", "| | baseline | candidate |", "|---|---|---|"]
-    rows = [
-        ("attempts", "attempted_runs", ""), ("successful", "valid_runs", ""),
-        ("failed", "failed_runs", ""), ("failure rate", "failure_rate", ""),
-        ("median", "median_ms", " ms"), ("P95 (nearest rank)", "p95_ms", " ms"), ("quality", "quality", ""),
-        ("median peak memory", "median_peak_mem_mib", " MiB"), ("median throughput", "median_throughput_tok_s", " tok/s"),
-        ("P5 throughput", "p5_throughput_tok_s", " tok/s"),
-    ]
     b, c = result.get("baseline", {}), result.get("candidate", {})
-    for label, key, unit in rows:
-        if b.get(key) is None and c.get(key) is None and key.endswith(("mib", "tok_s")):
+    for label, key, unit, optional in _rows():
+        if optional and b.get(key) is None and c.get(key) is None:
             continue
         lines.append(f"| {label} | {_fmt(b.get(key), unit)} | {_fmt(c.get(key), unit)} |")
     if b.get("failure_reasons") or c.get("failure_reasons"):
@@ -108,10 +126,7 @@ def decision_markdown(result: dict) -> str:
 
 def fit_note(note: str) -> str:
     """The note, shortened to a tag's limit (the full text is in report.md)."""
-    if len(note) <= MAX_TAG_VALUE:
-        return note
-    tail = "\n\n... (see the report.md artifact for the full text)\n"
-    return note[: MAX_TAG_VALUE - len(tail)] + tail
+    return fit(note, MAX_TAG_VALUE, "\n\n... (see the report.md artifact for the full text)\n")
 
 
 def latency_plot(result: dict, path: Path) -> Path:
@@ -172,8 +187,8 @@ def _json_safe(value):
     return value
 
 
-def prepare_artifacts(result: dict, note: str, folder: Path) -> None:
-    """Write decision.json, report.md and latency.png into ``folder``, before anything is logged.
+def prepare_artifacts(result: dict, folder: Path) -> None:
+    """Write decision.json and latency.png into ``folder``, before anything is logged.
 
     A plot that cannot be drawn (latencies near the float limit, say) costs the plot alone,
     with a warning in the result: never the decision.
@@ -183,19 +198,51 @@ def prepare_artifacts(result: dict, note: str, folder: Path) -> None:
     except Exception as exc:  # matplotlib's own limits; the figures stay in the JSON and the table
         (folder / "latency.png").unlink(missing_ok=True)
         result.setdefault("warnings", []).append(f"latency plot not drawn: {type(exc).__name__}: {exc}")
-    (folder / "decision.json").write_text(json.dumps(_json_safe(result), indent=2, default=str, allow_nan=False))
-    (folder / "report.md").write_text(note)
+    payload = {"format_version": DECISION_FORMAT, **_json_safe(result)}
+    (folder / "decision.json").write_text(json.dumps(payload, indent=2, default=str, allow_nan=False))
 
 
 def log_artifacts(mlflow_client, run_id: str, result: dict, folder: Path) -> None:
     """The prepared files and the attempts table, on the decision run."""
-    mlflow_client.log_artifacts(run_id, str(folder), ARTIFACT_DIR)
-    mlflow_client.log_table(run_id, data=attempts_table(result), artifact_file=f"{ARTIFACT_DIR}/attempts.json")
+    _client.retrying(lambda: mlflow_client.log_artifacts(run_id, str(folder), ARTIFACT_DIR))
+    _client.retrying(lambda: mlflow_client.log_table(run_id, data=attempts_table(result),
+                                                     artifact_file=f"{ARTIFACT_DIR}/attempts.json"))
 
 
-def write_step_summary(result: dict) -> None:
-    """Append the report to ``$GITHUB_STEP_SUMMARY`` when a CI job set it."""
+def write_step_summary(markdown: str) -> None:
+    """Append a report to ``$GITHUB_STEP_SUMMARY`` when a CI job set it."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if path:
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(decision_markdown(result) + "\n")
+            handle.write(markdown + "\n")
+
+
+def _download(run_id: str, name: str) -> str:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    mlflow_client = _client.client()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _client.retrying(lambda: mlflow_client.download_artifacts(run_id, f"{ARTIFACT_DIR}/{name}", tmp))
+        return Path(path).read_text(encoding="utf-8")
+
+
+def read_report(run_id: str) -> str:
+    """The ``report.md`` of a decision run."""
+    return _download(run_id, "report.md")
+
+
+def read_decision(run_id: str) -> dict:
+    """The ``decision.json`` of a decision run: the full result and the ids of every run judged.
+
+    Raises:
+        FormatError: the file is of a format this version cannot read (newer, or not ours).
+    """
+    text = _download(run_id, "decision.json")
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise FormatError(f"decision.json of run {run_id} is not valid JSON: {exc}") from None
+    version = payload.get("format_version", 0) if isinstance(payload, dict) else None
+    if version not in (0, DECISION_FORMAT):
+        raise FormatError(f"decision.json of run {run_id} has format version {version!r}; this release reads "
+                          f"versions 0 and {DECISION_FORMAT}: upgrade mlflow-perfgate")
+    return payload

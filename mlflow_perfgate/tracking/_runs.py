@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mlflow.entities import Metric, RunStatus
 
+from ..rules._errors import InputError
 from . import _client
 from ._schema import (
     KIND_COMPARISON,
@@ -17,6 +18,7 @@ from ._schema import (
     MAX_TAG_VALUE,
     TAG,
     canonical_conditions,
+    fit,
     group_key,
 )
 
@@ -32,7 +34,7 @@ def start_comparison(group: str, conditions: dict, changed_variable: str, *, obj
     ``parent_run_id`` nests it (under the ``mlflow run`` project run, say).
     """
     if not isinstance(group, str) or not group.strip():
-        raise ValueError(f"group must be a non-empty string, got {group!r}")
+        raise InputError(f"group must be a non-empty string, got {group!r}")
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=True)
     tags = {
@@ -42,7 +44,7 @@ def start_comparison(group: str, conditions: dict, changed_variable: str, *, obj
         **({TAG.PARENT: parent_run_id} if parent_run_id else {}),
     }
     run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=f"compare {group[:60]}"))
-    params = {key: value[:MAX_PARAM_VALUE] for key, value in canonical_conditions(conditions).items()
+    params = {key: fit(value, MAX_PARAM_VALUE) for key, value in canonical_conditions(conditions).items()
               if key != changed_variable}
     _client.log_batch(mlflow_client, run.info.run_id, params=params)
     return run.info.run_id
@@ -74,7 +76,7 @@ def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name:
         TAG.KIND: KIND_DIAGNOSIS,
         TAG.STATUS: str(synthesis.get("status")),
         TAG.PRIMARY_SIGNAL: str(synthesis.get("primary_signal")),
-        TAG.HYPOTHESIS: str(synthesis.get("hypothesis"))[:MAX_TAG_VALUE],
+        TAG.HYPOTHESIS: fit(str(synthesis.get("hypothesis")), MAX_TAG_VALUE),
         TAG.PLAN_ACTION: str(plan.get("action")),
         TAG.NOTE: _diagnosis_note(synthesis, plan),
         **({TAG.OBJECTIVE: objective} if objective else {}),
@@ -86,7 +88,7 @@ def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name:
     run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=run_tags, run_name="diagnosis"))
     run_id = run.info.run_id
     try:
-        params = {k: v[:MAX_PARAM_VALUE] for k, v in canonical_conditions(plan.get("baseline") or {}).items()}
+        params = {k: fit(v, MAX_PARAM_VALUE) for k, v in canonical_conditions(plan.get("baseline") or {}).items()}
         metrics_source = {
             "hotspot_share_pct": synthesis.get("hotspot_share_pct"), "capacity_ratio": synthesis.get("capacity_ratio"),
             "reserved_mib": bundle.get("memory", {}).get("reserved_mib"),

@@ -1,7 +1,14 @@
 """Every MLflow name the project writes or reads, and the canonical forms of values.
 
-This module is the schema of DESIGN.md in code: tags, params and metrics of attempt, decision
-and diagnosis runs. Nothing else in the project spells an MLflow key.
+This module is the schema of ``docs/design.md`` (and the README's "MLflow schema") in code:
+tags, params and metrics of attempt, comparison, decision and diagnosis runs, the artifact
+paths and the format versions of what we store as JSON. Nothing else in the project spells an
+MLflow key; the names of the decision runs' figures come from the method and objective
+registries (``mlflow_perfgate.rules``) through :func:`arm_metric`.
+
+Values: what a user gives (a condition, a group, a failure reason, a tag) is refused when it
+exceeds MLflow's limits, never cut; texts of our own making (a failure's detail, a note, a
+hypothesis) are shortened by :func:`fit`, which always ends a cut text with a marker.
 """
 
 from __future__ import annotations
@@ -12,15 +19,23 @@ import math
 import re
 from typing import Any
 
+from ..rules._errors import InputError
+
 __all__ = [
     "ARMS",
+    "ARTIFACT_DIR",
+    "DECISION_FORMAT",
+    "JOURNAL_FORMAT",
+    "PARAM",
+    "TRUNCATION_MARKER",
+    "arm_metric",
+    "fit",
     "KIND_ATTEMPT",
     "KIND_DECISION",
     "KIND_DIAGNOSIS",
     "KIND_COMPARISON",
     "TAG",
     "METRIC",
-    "THRESHOLD_PARAMS",
     "MAX_PARAM_VALUE",
     "MAX_TAG_VALUE",
     "canonical_value",
@@ -69,8 +84,6 @@ class TAG:
     WARNINGS = "perfgate.warnings"
     METHOD = "perfgate.method"
     MODE = "perfgate.mode"
-    SEED_DECISION = "perfgate.seed_decision"
-    ROBUST_DECISION = "perfgate.robust_decision"
     WORKLOAD = "perfgate.workload"
     FAILURE_DETAIL = "perfgate.failure_detail"
     STATUS = "perfgate.status"
@@ -85,6 +98,11 @@ class TAG:
     NOTE = "mlflow.note.content"
     RUN_NAME = "mlflow.runName"
 
+    @staticmethod
+    def method_decision(method: str) -> str:
+        """What a method said on a decision run judged by several (``perfgate.seed_decision``, ...)."""
+        return f"perfgate.{method}_decision"
+
 
 class METRIC:
     """Metric keys of an attempt run."""
@@ -94,16 +112,43 @@ class METRIC:
     STEP_TIME = "step_time_ms"
     PEAK_MEM = "peak_mem_mib"
     THROUGHPUT = "throughput_tok_s"
+    ATTEMPT_WALL = "attempt_wall_s"
 
 
-#: Threshold params of a decision run, named after the arguments of ``evaluate_regression``.
-THRESHOLD_PARAMS = (
-    "min_valid_runs",
-    "min_improvement",
-    "quality_tolerance",
-    "maximum_failure_rate",
-    "maximum_p95_ratio",
-)
+class PARAM:
+    """Param keys of a decision run beyond its thresholds (which carry their settings' names)."""
+
+    CHANGED_VARIABLE = "changed_variable"
+    BASELINE_VALUE = "baseline_value"
+    CANDIDATE_VALUE = "candidate_value"
+    MARGIN = "margin"
+    ALPHA = "alpha"
+    CONFIDENCE = "confidence"
+
+
+#: Where a decision run keeps its files (``perfgate/report.md``, ``perfgate/decision.json``, ...).
+ARTIFACT_DIR = "perfgate"
+#: Format version of a journal line. History: 1 (this release; lines without one are of release 0.1).
+JOURNAL_FORMAT = 1
+#: Format version of ``decision.json``. History: 1 (this release; files without one are of release 0.1).
+DECISION_FORMAT = 1
+#: What ends a text :func:`fit` had to shorten.
+TRUNCATION_MARKER = " ...[truncated]"
+
+
+def arm_metric(arm: str, key: str) -> str:
+    """A decision run's metric for one arm's figure: ``baseline_median_ms``, ``candidate_p95_ms``."""
+    return f"{arm}_{key}"
+
+
+def fit(text: str, limit: int, marker: str = TRUNCATION_MARKER) -> str:
+    """``text`` if it fits in ``limit`` characters, else its head followed by ``marker``.
+
+    Only for texts of our own making: a value the user gave is refused instead (see the module
+    docstring).
+    """
+    return text if len(text) <= limit else text[: limit - len(marker)] + marker
+
 
 _SHAPE_STRING = re.compile(r"^\s*[\(\[]\s*(-?\d+\s*(,\s*-?\d+\s*)*,?\s*)?[\)\]]\s*$")
 _BARE_SHAPE = re.compile(r"^\s*\d+\s*(?:(?:,\s*\d+\s*)+|(?:[xX]\s*\d+\s*)+)$")
@@ -124,7 +169,7 @@ def canonical_value(value: Any, *, key: str = "value") -> str:
     ``True`` and ``"true"``, give the same param and never look like a changed variable.
 
     Raises:
-        ValueError: a number (at any depth) is NaN or infinite.
+        InputError: a number (at any depth) is NaN or infinite.
     """
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -134,7 +179,7 @@ def canonical_value(value: Any, *, key: str = "value") -> str:
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"condition {key!r} must be finite, got {value!r}")
+            raise InputError(f"condition {key!r} must be finite, got {value!r}")
         return repr(value)
     if isinstance(value, str):
         if value.strip().lower() in ("true", "false"):
@@ -157,7 +202,7 @@ def canonical_value(value: Any, *, key: str = "value") -> str:
 
 def _json_ready(value: Any, key: str) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"condition {key!r} must hold only finite numbers, got {value!r}")
+        raise InputError(f"condition {key!r} must hold only finite numbers, got {value!r}")
     if isinstance(value, (list, tuple)):
         return [_json_ready(item, key) for item in value]
     if isinstance(value, dict):
@@ -172,5 +217,5 @@ def _json_ready(value: Any, key: str) -> Any:
 def canonical_conditions(conditions: dict) -> dict[str, str]:
     """Canonical param strings for every condition (see :func:`canonical_value`)."""
     if not isinstance(conditions, dict):
-        raise ValueError(f"conditions must be a dict, got {type(conditions).__name__}")
+        raise InputError(f"conditions must be a dict, got {type(conditions).__name__}")
     return {str(key): canonical_value(value, key=str(key)) for key, value in conditions.items()}

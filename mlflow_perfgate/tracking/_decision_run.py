@@ -1,0 +1,159 @@
+"""Writing the decision run: where it goes, its params, tags, metrics and files, and re-parenting the attempts."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, RunStatus
+
+from ..rules._registry import METHODS, OBJECTIVES
+from . import _client, _report
+from ._group import AttemptView
+from ._schema import ARMS, KIND_DECISION, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit, group_key
+
+__all__ = ["ARM_FIGURES", "decision_target", "figure_names", "reparent", "summary_metrics", "write_decision"]
+
+#: The per-arm figures every decision run logs, as ``<arm>_<figure>`` metrics.
+ARM_FIGURES = ("median_ms", "p95_ms", "failure_rate", "quality", "valid_runs", "failed_runs", "attempted_runs")
+
+
+def _arm_figure_names() -> list[str]:
+    names = list(ARM_FIGURES)
+    for name in OBJECTIVES:
+        names += [figure.name for figure in OBJECTIVES[name].arm_figures]
+    return list(dict.fromkeys(names))
+
+
+def figure_names() -> list[str]:
+    """Every metric a decision run may hold, in a stable order: arm figures, objectives', methods'."""
+    names = [arm_metric(arm, key) for key in _arm_figure_names() for arm in ARMS]
+    for name in OBJECTIVES:
+        names += [figure.metric_name for figure in OBJECTIVES[name].figures]
+    for name in METHODS:
+        names += [figure.metric_name for figure in METHODS[name].figures if figure.metric_name]
+    names.append("recommended_attempts")
+    return list(dict.fromkeys(names))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def summary_metrics(result: dict) -> dict[str, float]:
+    """The decision run's metrics: each arm's figures, the objective's, the methods' (declared in the registries)."""
+    metrics: dict[str, float] = {}
+
+    def put(name: str, value: Any) -> None:
+        number = _number(value)
+        if name and number is not None:
+            metrics.setdefault(name, number)
+
+    for arm in ARMS:
+        for key in _arm_figure_names():
+            put(arm_metric(arm, key), result[arm].get(key))
+    objective = OBJECTIVES[result["objective"]] if result.get("objective") in OBJECTIVES else None
+    for figure in objective.figures if objective else ():
+        put(figure.metric_name, result.get(figure.name))
+    put("recommended_attempts", result.get("recommended_attempts"))
+    method = METHODS[result["method"]] if result.get("method") in METHODS else None
+    for figure in method.figures if method else ():
+        put(figure.metric_name, result.get(figure.name))
+    for name in METHODS:
+        summary = result.get(name)
+        if isinstance(summary, dict):
+            for figure in METHODS[name].figures:
+                put(figure.metric_name, summary.get(figure.name))
+    return metrics
+
+
+def _params(result: dict) -> dict[str, str]:
+    params = {key: str(value) for key, value in result["thresholds"].items()}
+    if result.get("mode") == "non_regression":
+        params[PARAM.MARGIN] = str(result.get("margin"))
+    method = METHODS[result["method"]] if result.get("method") in METHODS else None
+    for figure in method.figures if method else ():
+        if not figure.metric_name and result.get(figure.name) is not None:
+            params[figure.name] = str(result[figure.name])  # a level, such as alpha at this look
+    params.update({
+        PARAM.CHANGED_VARIABLE: _text(result["changed_variable"], MAX_PARAM_VALUE),
+        PARAM.BASELINE_VALUE: _text(result["baseline_value"], MAX_PARAM_VALUE),
+        PARAM.CANDIDATE_VALUE: _text(result["candidate_value"], MAX_PARAM_VALUE),
+    })
+    return params
+
+
+def _text(value: Any, limit: int) -> str:
+    return fit("" if value is None else str(value), limit)
+
+
+def _tags(result: dict, note: str) -> dict[str, str]:
+    tags = {
+        TAG.KIND: KIND_DECISION,
+        TAG.GROUP: result["group"],
+        TAG.GROUP_KEY: group_key(result["group"]),
+        TAG.DECISION: result["decision"],
+        TAG.REASON: result["reason"],
+        TAG.FAILED_CHECKS: ",".join(result["failed_checks"]),
+        TAG.CHANGED_VARIABLE: _text(result["changed_variable"], MAX_TAG_VALUE),
+        TAG.OBJECTIVE: result["objective"],
+        TAG.METHOD: result["method"],
+        TAG.MODE: result["mode"],
+        TAG.NOTE: _report.fit_note(note),
+    }
+    for name in METHODS:
+        if isinstance(result.get(name), dict) and "decision" in result[name]:
+            tags[TAG.method_decision(name)] = result[name]["decision"]
+    return tags
+
+
+def decision_target(parent, mlflow_client, experiment_id: str, group: str) -> tuple[str, bool]:
+    """(run id to write the decision on, whether it is a new run under which the attempts move)."""
+    if parent is not None and parent.data.tags.get(TAG.COMPARISON) == "true":
+        if TAG.DECISION not in parent.data.tags:
+            return parent.info.run_id, False
+        # decided before: a new decision nests under the comparison, attempts stay put
+        run = _client.retrying(lambda: mlflow_client.create_run(
+            experiment_id, run_name="decision", tags={TAG.PARENT: parent.info.run_id}))
+        return run.info.run_id, False
+    run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, run_name=f"decision {group[:60]}"))
+    return run.info.run_id, True
+
+
+def write_decision(mlflow_client, run_id: str, result: dict) -> str:
+    """Log the decision onto ``run_id`` and end it FINISHED; returns the report's markdown.
+
+    The files are prepared first (a plot that cannot be drawn costs the plot alone, with a
+    warning), then the note is rendered once, from the final result; a write that fails ends
+    the run FAILED and re-raises.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        _report.prepare_artifacts(result, folder)  # may add a warning: render the note after
+        note = _report.decision_markdown(result)
+        (folder / "report.md").write_text(note, encoding="utf-8")
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, value, now, 0) for key, value in summary_metrics(result).items()]
+        try:
+            _client.log_batch(mlflow_client, run_id, params=_params(result), metrics=metrics, tags=_tags(result, note))
+            _report.log_artifacts(mlflow_client, run_id, result, folder)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+            raise
+    _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED)))
+    return note
+
+
+def reparent(mlflow_client, views: list[AttemptView], decision_run_id: str) -> None:
+    """Nest the judged attempts under the decision run (the UI shows them as its children)."""
+    for view in views:
+        if view.parent_run_id != decision_run_id:
+            _client.retrying(lambda: mlflow_client.set_tag(view.run_id, TAG.PARENT, decision_run_id))

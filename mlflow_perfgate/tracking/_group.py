@@ -1,0 +1,173 @@
+"""Loading a group: the one filter that finds its runs, each run as an :class:`AttemptView`, de-duplicated."""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass, field
+
+from ..rules._errors import InputError
+from . import _client
+from ._schema import ARMS, KIND_ATTEMPT, METRIC, TAG, group_key
+
+__all__ = ["AttemptView", "group_filter", "load_group"]
+
+# MLflow stores +/-infinity as +/-1.7976931348623157e308.
+_MLFLOW_INFINITY = 1.7976931348623157e308
+
+
+def _quoted_filter(clauses: list[tuple[str, str]]) -> str | None:
+    """``tags."k" = 'v' AND ...`` if MLflow's parser reads every value back exactly, else None."""
+    from mlflow.utils.search_utils import SearchUtils
+
+    parts = []
+    for key, value in clauses:
+        quote = "'" if "'" not in value else '"' if '"' not in value else None
+        if quote is None:
+            return None
+        parts.append(f'tags."{key}" = {quote}{value}{quote}')
+    text = " AND ".join(parts)
+    try:
+        parsed = SearchUtils.parse_search_filter(text)
+    except Exception:
+        return None
+    expected = [("tag", key, "=", value) for key, value in clauses]
+    got = [(p.get("type"), p.get("key"), p.get("comparator"), p.get("value")) for p in parsed]
+    return text if got == expected else None
+
+
+@functools.lru_cache(maxsize=256)
+def group_filter(group: str) -> str:
+    """A filter string selecting exactly one group's runs (attempts and decisions).
+
+    The group name is quoted only when MLflow's own filter parser reads it back unchanged;
+    otherwise (both quote characters in the name, say) the filter uses the name's sha256 key
+    tag, which every run we write carries. Callers still compare the full name exactly, and
+    pick the kind of run they want from the results: one clause keeps the query as cheap as
+    a plain search of the group.
+    """
+    text = _quoted_filter([(TAG.GROUP, group)])
+    if text is None:
+        text = _quoted_filter([(TAG.GROUP_KEY, group_key(group))])
+    assert text is not None  # hex keys always quote
+    return text
+
+
+@dataclass
+class AttemptView:
+    """One attempt run as the evaluator sees it. ``state`` keeps the outcomes apart:
+    ``ok``, ``failed`` (reported), ``crashed`` (ended without reporting), ``stale``
+    (RUNNING too long) and ``running``."""
+
+    run_id: str
+    arm: str
+    state: str
+    attempt_id: str
+    start_time: int
+    status: str
+    params: dict
+    latency_ms: float | None = None
+    quality: float | None = None
+    failure: str | None = None
+    validity: dict | None = None
+    metrics: dict = field(default_factory=dict)
+    tags: dict = field(default_factory=dict)
+    parent_run_id: str | None = None
+
+    def record(self, metrics: tuple[str, ...] = ()) -> dict:
+        """The specification's attempt record, with those of ``metrics`` the run holds when it is ok."""
+        if self.state == "ok":
+            record = {"ok": True, "latency_ms": self.latency_ms, "quality": self.quality, "run_id": self.run_id}
+            record.update((key, self.metrics[key]) for key in metrics if key in self.metrics)
+            return record
+        return {"ok": False, "failure": self.failure, "run_id": self.run_id}
+
+
+def _finite_metric(run, key: str) -> float | None:
+    value = run.data.metrics.get(key)
+    if value is None:
+        return None
+    if not math.isfinite(value) or abs(value) >= _MLFLOW_INFINITY:
+        raise InputError(
+            f"run {run.info.run_id} holds a non-finite {key} ({value!r}); it cannot be judged. "
+            "Delete or fix the run, then evaluate again."
+        )
+    return value
+
+
+def _view(run, now_ms: int, stale_after_s: float) -> AttemptView:
+    tags, info = run.data.tags, run.info
+    arm = tags.get(TAG.ARM)
+    if arm not in ARMS:
+        raise InputError(
+            f"run {info.run_id} of the group has {TAG.ARM}={arm!r}; expected one of {list(ARMS)}"
+        )
+    view = AttemptView(
+        run_id=info.run_id, arm=arm, state="", attempt_id=tags.get(TAG.ATTEMPT_ID) or info.run_id,
+        start_time=info.start_time or 0, status=info.status, params=dict(run.data.params),
+        metrics=dict(run.data.metrics), tags=dict(tags), parent_run_id=tags.get(TAG.PARENT),
+    )
+    if tags.get(TAG.RUN_VALID) in ("true", "false"):
+        invalid = tags[TAG.RUN_VALID] == "false"
+        issues = [i for i in tags.get(TAG.ISSUES, "").split(",") if i]
+        view.validity = {
+            "run_valid": not invalid, "issues": issues,
+            "first_failure": tags.get(TAG.FIRST_FAILURE) or None,
+            "reproducible": tags.get(TAG.REPRODUCIBLE) == "true",
+        }
+    ok_tag = tags.get(TAG.OK)
+    if ok_tag == "true":
+        view.latency_ms = _finite_metric(run, METRIC.LATENCY)
+        view.quality = _finite_metric(run, METRIC.QUALITY)
+        if view.latency_ms is None or view.quality is None or view.latency_ms <= 0:
+            raise InputError(
+                f"run {info.run_id} says {TAG.OK}=true but lacks a positive {METRIC.LATENCY} or a "
+                f"{METRIC.QUALITY}; log it again with mlflow_perfgate.log_attempt"
+            )
+        view.state = "ok"
+    elif ok_tag == "false":
+        view.state, view.failure = "failed", tags.get(TAG.FAILURE) or "unspecified"
+    elif info.status in ("FAILED", "KILLED"):
+        view.state = "crashed"
+        view.failure = tags.get(TAG.FAILURE) or f"crashed: run ended {info.status} without reporting"
+    elif info.status == "FINISHED":
+        view.state, view.failure = "crashed", "no_result: run FINISHED without reporting"
+    else:
+        age_s = (now_ms - view.start_time) / 1000
+        if age_s > stale_after_s:
+            view.state = "stale"
+            view.failure = f"stale: {info.status} for {age_s:.0f} s (limit {stale_after_s:.0f} s)"
+        else:
+            view.state = "running"
+    return view
+
+
+def _preference(view: AttemptView) -> tuple:
+    # Among runs of one attempt_id (a retried write), keep the most complete one.
+    rank = {"ok": 0, "failed": 0, "crashed": 1, "stale": 2, "running": 2}[view.state]
+    return (rank, view.start_time, view.run_id)
+
+
+def load_group(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float,
+               kind: str = KIND_ATTEMPT) -> tuple[list[AttemptView], list[str]]:
+    """The group's attempts (one paginated search), deduplicated by attempt_id.
+
+    Returns:
+        The attempts, oldest first, and the run ids dropped as duplicates of a retried write.
+    """
+    runs = _client.search_all(mlflow_client, [experiment_id], group_filter(group))
+    now_ms = int(time.time() * 1000)
+    # The filter may match more than the exact name on a case-insensitive database: compare here.
+    views = [_view(run, now_ms, stale_after_s) for run in runs
+             if run.data.tags.get(TAG.GROUP) == group and run.data.tags.get(TAG.KIND) == kind]
+    by_attempt: dict[str, list[AttemptView]] = {}
+    for view in views:
+        by_attempt.setdefault(view.attempt_id, []).append(view)
+    kept, duplicates = [], []
+    for same in by_attempt.values():
+        same.sort(key=_preference)
+        kept.append(same[0])
+        duplicates.extend(v.run_id for v in same[1:])
+    kept.sort(key=lambda v: (v.start_time, v.run_id))
+    return kept, duplicates

@@ -1,0 +1,100 @@
+"""The Policy: defaults written once, validated on construction, and read by the CLI and MLproject."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from mlflow_perfgate.cli import cli
+from mlflow_perfgate.errors import PerfgateError, PolicyError
+from mlflow_perfgate.rules import DEFAULT_THRESHOLDS, Policy
+from mlflow_perfgate.rules._policy import POLICY_SETTINGS, SPEC_THRESHOLDS
+from mlflow_perfgate.rules._registry import threshold_settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_are_the_specifications_and_written_once():
+    policy = Policy()
+    assert policy.spec_thresholds() == dict(DEFAULT_THRESHOLDS) == {
+        "min_valid_runs": 5, "min_improvement": 0.05, "quality_tolerance": 0.01, "maximum_failure_rate": 0.0,
+        "maximum_p95_ratio": 1.05}
+    assert (policy.method, policy.mode, policy.objective) == ("seed", "improvement", "latency")
+    assert (policy.margin, policy.alpha, policy.confidence) == (0.05, 0.02, 0.90)
+    assert policy.min_memory_reduction == 0.10 and policy.maximum_latency_cost == 0.30
+    assert Policy(min_valid_runs=None).min_valid_runs == 5  # None means the default
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(min_valid_runs=0), "min_valid_runs must be a positive integer, got 0"),
+    (dict(min_valid_runs=True), "min_valid_runs must be a positive integer"),
+    (dict(min_improvement=1.0), "min_improvement must be in the range [0, 1), got 1.0"),
+    (dict(maximum_failure_rate=1.5), "maximum_failure_rate must be in the range [0, 1]"),
+    (dict(maximum_p95_ratio=0.9), "maximum_p95_ratio must be >= 1"),
+    (dict(quality_tolerance=float("nan")), "quality_tolerance must be finite"),
+    (dict(margin=-0.1), "margin must be >= 0"),
+    (dict(alpha=1.0), "alpha must be in the range (0, 1)"),
+    (dict(confidence=0), "confidence must be in the range (0, 1)"),
+    (dict(min_memory_reduction=1), "min_memory_reduction must be in the range [0, 1)"),
+    (dict(method="magic"), "method must be one of ['seed', 'robust']"),
+    (dict(mode="sideways"), "mode must be one of"),
+    (dict(objective="speed"), "objective must be one of ['latency', 'memory', 'throughput']"),
+    (dict(objective="memory", method="robust"), "the memory objective is judged by the seed method"),
+    (dict(objective="memory", mode="non_regression"), "in improvement mode"),
+    (dict(warmup_steps=3), "unknown thresholds ['warmup_steps']"),
+])
+def test_validated_on_construction_naming_the_field_and_range(kwargs, needle):
+    with pytest.raises(PolicyError) as info:
+        Policy(**kwargs)
+    assert needle in str(info.value)
+    assert isinstance(info.value, PerfgateError) and isinstance(info.value, ValueError)
+
+
+def test_a_wrong_type_names_the_field():
+    with pytest.raises(TypeError, match="min_improvement must be a real number"):
+        Policy(min_improvement="0.05")
+
+
+def test_immutable_comparable_and_replaceable():
+    policy = Policy(method="robust", min_valid_runs=10)
+    with pytest.raises(AttributeError, match="immutable"):
+        policy.alpha = 0.5
+    assert policy == Policy(method="robust", min_valid_runs=10) and hash(policy) == hash(Policy(**policy.options()))
+    other = policy.replace(mode="non_regression", margin=0.1)
+    assert (other.mode, other.margin, other.min_valid_runs) == ("non_regression", 0.1, 10)
+    assert policy.mode == "improvement"
+    with pytest.raises(PolicyError):
+        policy.replace(alpha=2)
+    assert "min_valid_runs=10" in repr(policy)
+    assert Policy(objective="memory").objective_thresholds() == {
+        **DEFAULT_THRESHOLDS, "min_memory_reduction": 0.10, "maximum_latency_cost": 0.30}
+
+
+def _mlproject_defaults() -> list[tuple[str, str, object]]:
+    project = yaml.safe_load((REPO / "MLproject").read_text())
+    return [(entry, name, spec["default"]) for entry, point in project["entry_points"].items()
+            for name, spec in point.get("parameters", {}).items() if isinstance(spec, dict) and "default" in spec]
+
+
+def test_mlproject_defaults_agree_with_the_policy():
+    defaults = Policy().options()
+    checked = 0
+    for entry, name, value in _mlproject_defaults():
+        if name in defaults:
+            assert value == defaults[name], f"MLproject {entry}.{name} = {value!r}, Policy says {defaults[name]!r}"
+            checked += 1
+    assert checked >= 8  # the thresholds of evaluate, main's, method and mode of compare, ...
+
+
+def test_cli_options_and_help_come_from_the_settings():
+    runner = CliRunner()
+    for command in ("evaluate", "compare", "pipeline"):
+        text = runner.invoke(cli, [command, "--help"], terminal_width=200).output
+        for setting in (*SPEC_THRESHOLDS, *POLICY_SETTINGS, *threshold_settings().values()):
+            option = f"--{setting.name.replace('_', '-')}"
+            assert option in text, (command, option)
+        assert "in the range [0, 1) [0.05]" in " ".join(text.split())  # min_improvement's range and default
+        assert "seed: the specification's rule, exact" in " ".join(text.split())
