@@ -5,6 +5,7 @@ It imports neither mlflow nor ``mlflow_perfgate.tracking``. Ranking and judging 
 """
 
 from ._attempt import DEFAULT_TIMEOUT_S, AttemptResult, interleave, run_attempt
+from ._conditions import choice, flag, integer, number, shape
 from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
 from ._interface import (
     BUILTIN_WORKLOADS,
@@ -24,13 +25,18 @@ __all__ = sorted([
     "STAGES",
     "Workload",
     "WorkloadProtocol",
+    "choice",
     "collect_memory_evidence",
     "collect_time_evidence",
+    "flag",
+    "integer",
     "interleave",
     "make_workload",
+    "number",
     "pinned_threads",
     "probe_correctness",
     "profile_operators",
     "resolve_workload",
     "run_attempt",
+    "shape",
 ])
