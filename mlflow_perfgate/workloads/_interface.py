@@ -12,6 +12,8 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
+from ._outputs import loss_of
+
 __all__ = [
     "BUILTIN_WORKLOADS",
     "STAGES",
@@ -75,13 +77,18 @@ class Workload:
         """Return the next training batch, already on :attr:`device` (stage ``dataloader``)."""
         raise NotImplementedError
 
-    def forward(self, batch: Any) -> torch.Tensor:
-        """Run the model on ``batch`` and return the scalar loss (stage ``forward``)."""
+    def forward(self, batch: Any) -> Any:
+        """Run the model on ``batch`` and return the scalar loss (stage ``forward``).
+
+        The model's own output is accepted too when it holds the loss: a ``transformers``
+        ``ModelOutput`` or a dict with ``loss``, or a tuple with the loss first (a Hugging Face
+        model called with labels), so ``return self.model(**batch)`` is a valid forward.
+        """
         raise NotImplementedError
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Back-propagate ``loss`` (stage ``backward``)."""
-        loss.backward()
+    def backward(self, loss: Any) -> None:
+        """Back-propagate ``loss``, or the loss in a model output (stage ``backward``)."""
+        loss_of(loss).backward()
 
     def optimizer_step(self) -> None:
         """Apply and then clear the gradients (stage ``optimizer``).
@@ -97,7 +104,7 @@ class Workload:
     def step(self) -> torch.Tensor:
         """Run one training step through the four stages and return its loss."""
         batch = self.next_batch()
-        loss = self.forward(batch)
+        loss = loss_of(self.forward(batch))
         self.backward(loss)
         self.optimizer_step()
         return loss.detach()
