@@ -7,6 +7,7 @@ It imports neither mlflow nor ``mlflow_perfgate.tracking``. Ranking and judging 
 from ._attempt import DEFAULT_TIMEOUT_S, AttemptResult, interleave, run_attempt
 from ._conditions import choice, flag, integer, number, shape
 from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
+from ._hf import HFWorkload, hf_workload
 from ._interface import (
     BUILTIN_WORKLOADS,
     STAGES,
@@ -22,6 +23,7 @@ __all__ = sorted([
     "AttemptResult",
     "BUILTIN_WORKLOADS",
     "DEFAULT_TIMEOUT_S",
+    "HFWorkload",
     "STAGES",
     "Workload",
     "WorkloadProtocol",
@@ -29,6 +31,7 @@ __all__ = sorted([
     "collect_memory_evidence",
     "collect_time_evidence",
     "flag",
+    "hf_workload",
     "integer",
     "interleave",
     "make_workload",
