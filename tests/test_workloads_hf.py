@@ -9,6 +9,8 @@ import sys
 import pytest
 import torch
 
+from mlflow_perfgate import harness
+from mlflow_perfgate import workloads
 from mlflow_perfgate.rules import validate_validity_report
 from mlflow_perfgate.workloads import (
     HFWorkload,
@@ -16,6 +18,7 @@ from mlflow_perfgate.workloads import (
     collect_time_evidence,
     hf_workload,
     make_workload,
+    native_bf16,
     probe_correctness,
     resolve_workload,
     run_attempt,
@@ -218,3 +221,46 @@ def test_hf_name_must_name_a_function():
 def test_importing_the_workloads_layer_does_not_import_transformers():
     code = "import sys, mlflow_perfgate.workloads; assert 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# native bf16 and the diagnosis's proposal
+
+
+def test_native_bf16_on_this_machine_answers_with_a_reason():
+    for device in ("cpu", "cuda", torch.device("cpu")):
+        native, reason = native_bf16(device)
+        assert isinstance(native, bool) and isinstance(reason, str) and reason
+
+
+@pytest.mark.parametrize(("flags", "native"), [
+    ("fpu sse avx2 avx512f avx512bw", False),
+    ("fpu avx512f avx512_bf16", True),
+    ("fpu amx_bf16 amx_tile", True),
+])
+def test_native_bf16_reads_the_cpu_flags(tmp_path, flags, native):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    answer, reason = native_bf16("cpu", cpuinfo=cpuinfo)
+    assert answer is native
+    assert ("is native" in reason) is native
+    assert native_bf16("cpu", cpuinfo=tmp_path / "missing") == (
+        False, f"cannot read CPU flags from {tmp_path / 'missing'}: bf16 not known to be native")
+    with pytest.raises(ValueError, match="device must be a device"):
+        native_bf16("gpu!")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_compute_hotspot_proposes_bf16_only_where_native(monkeypatch, native):
+    monkeypatch.setattr(workloads, "native_bf16", lambda device: (native, f"{device} says {native}"))
+    synthesis = {"primary_signal": "time", "hotspot": "forward"}
+    base = {"checkpoint": False, "num_workers": 0, "dtype": "fp32", "device": "cpu"}
+    change, reason = harness.candidate_change_and_reason(synthesis, base)
+    assert change == ({"dtype": "bf16"} if native else None)
+    assert f"cpu says {native}" in reason
+    assert harness.candidate_change_for(synthesis, base) == change
+    # The other signals are as they were.
+    assert harness.candidate_change_for({"primary_signal": "memory"}, base) == {"checkpoint": True}
+    assert harness.candidate_change_for({"primary_signal": "time", "hotspot": "dataloader"}, base) == {"num_workers": 2}
+    assert harness.candidate_change_for({"primary_signal": "none"}, base) is None
+    assert harness.candidate_change_and_reason(synthesis, {**base, "dtype": "bf16"}) == (
+        None, "forward hotspot, and dtype is already bf16")

@@ -7,6 +7,7 @@ It imports neither mlflow nor ``mlflow_perfgate.tracking``. Ranking and judging 
 from ._attempt import DEFAULT_TIMEOUT_S, AttemptResult, interleave, run_attempt
 from ._conditions import choice, flag, integer, number, shape
 from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
+from ._hardware import native_bf16
 from ._hf import HFWorkload, hf_workload
 from ._interface import (
     BUILTIN_WORKLOADS,
@@ -35,6 +36,7 @@ __all__ = sorted([
     "integer",
     "interleave",
     "make_workload",
+    "native_bf16",
     "number",
     "pinned_threads",
     "probe_correctness",
