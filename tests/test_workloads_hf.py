@@ -201,6 +201,9 @@ def test_in_process_attempt_succeeds():
     assert math.isfinite(result.quality) and 0 < result.quality <= 1
     assert result.validity["run_valid"] is True
     assert result.throughput_tok_s > 0 and result.peak_mem_mib > 0
+    # The attempt's memory record carries the model class and config fingerprint.
+    assert result.memory["workload"]["model"] == "GPT2LMHeadModel"
+    assert result.memory["workload"]["config_fingerprint"] == make_workload(GPT2, SMALL).config_fingerprint
 
 
 def test_hf_name_without_transformers_says_what_to_install(monkeypatch):
