@@ -231,28 +231,72 @@ def _max_looks(attempts: int, max_attempts: int | None) -> int:
     return 1 + -(-(max_attempts - attempts) // 2)
 
 
+# --- Issue 14, point 3: a compute hotspot proposes bf16 only where the device computes it natively.
+
 def candidate_change_for(synthesis: dict, baseline: dict) -> dict | None:
     """The single change a hypothesis calls for (documented in the README).
 
-    - memory pressure (``primary_signal == 'memory'``): activation checkpointing,
-      ``checkpoint=true`` (when it is off);
-    - a ``dataloader`` hotspot: more DataLoader workers, ``num_workers`` = max(2, 2 x current);
-    - a compute hotspot (``forward``, ``backward``, ``optimizer``): ``dtype=bf16`` (from fp32);
-    - otherwise none (more evidence is needed).
+    The same answer as :func:`candidate_change_and_reason`, without the reason.
+    """
+    return candidate_change_and_reason(synthesis, baseline)[0]
+
+
+def candidate_change_and_reason(synthesis: dict, baseline: dict) -> tuple[dict | None, str]:
+    """The single change a hypothesis calls for, and why, from this table (first row that holds):
+
+    ==========================================  ==============================  =====================
+    hypothesis (``primary_signal``, hotspot)    when                            proposed change
+    ==========================================  ==============================  =====================
+    memory pressure (``memory``)                ``checkpoint`` is off           ``checkpoint=true``
+    memory pressure                             ``checkpoint`` is on            none
+    ``dataloader`` hotspot                      always                          ``num_workers`` =
+                                                                                max(2, 2 x current)
+    compute hotspot (``forward``,               ``dtype`` is not fp32           none
+    ``backward``, ``optimizer``)
+    compute hotspot                             bf16 is native on the           ``dtype=bf16``
+                                                baseline's ``device``
+                                                (:func:`~mlflow_perfgate.
+                                                workloads.native_bf16`)
+    compute hotspot                             the baseline declares no        ``dtype=bf16``
+                                                ``device`` (not checked)
+    compute hotspot                             bf16 is emulated there          none
+    anything else                                                               none
+    ==========================================  ==============================  =====================
+
+    Emulated bf16 is no candidate: on CPUs without AVX-512 BF16 or AMX a step under bf16
+    autocast ran 1.9 to 3.1 times slower (TinyLM, GPT-2), so a comparison would only confirm
+    the slowdown. The answer is none, and the reason says what to do instead.
+
+    Returns:
+        ``(change, reason)``: ``change`` is ``{variable: value}`` or ``None``; ``reason`` says in
+        words why this change, or why none.
     """
     from .tracking import canonical_value
 
     signal = synthesis.get("primary_signal")
     if signal == "memory":
-        return {"checkpoint": True} if canonical_value(baseline.get("checkpoint", False)) == "false" else None
-    if signal == "time":
-        hotspot = synthesis.get("hotspot")
-        if hotspot == "dataloader":
-            current = int(baseline.get("num_workers", 0) or 0)
-            return {"num_workers": max(2, 2 * current)}
-        if hotspot in ("forward", "backward", "optimizer"):
-            return {"dtype": "bf16"} if canonical_value(baseline.get("dtype", "fp32")) == "fp32" else None
-    return None
+        if canonical_value(baseline.get("checkpoint", False)) == "false":
+            return {"checkpoint": True}, "memory pressure: activation checkpointing trades compute for memory"
+        return None, "memory pressure, and activation checkpointing is already on"
+    hotspot = synthesis.get("hotspot")
+    if signal == "time" and hotspot == "dataloader":
+        current = int(baseline.get("num_workers", 0) or 0)
+        return {"num_workers": max(2, 2 * current)}, "dataloader hotspot: more DataLoader workers"
+    if signal == "time" and hotspot in ("forward", "backward", "optimizer"):
+        dtype = canonical_value(baseline.get("dtype", "fp32"))
+        if dtype != "fp32":
+            return None, f"{hotspot} hotspot, and dtype is already {dtype}"
+        device = baseline.get("device")
+        if device is None:
+            return {"dtype": "bf16"}, f"{hotspot} hotspot: bf16 (the baseline declares no device to check)"
+        from .workloads import native_bf16
+
+        native, why = native_bf16(str(device).strip().lower())
+        if native:
+            return {"dtype": "bf16"}, f"{hotspot} hotspot: bf16, native here ({why})"
+        return None, (f"{hotspot} hotspot, but bf16 would be slower here ({why}); "
+                      "look at the profile's top operators, or compare on hardware with native bf16")
+    return None, "no strong signal: collect more evidence"
 
 
 def compare_command(workload: str, plan: dict, attempts: int, experiment_name: str | None,

@@ -108,3 +108,56 @@ def test_probe_needs_a_model():
 
     with pytest.raises(TypeError, match="workload.model"):
         probe_correctness(NoModel())
+
+
+# Model outputs as Hugging Face models return them: a dict (a ModelOutput is one) or a tuple.
+
+
+@pytest.mark.parametrize("model_cls", [pm.DictOutput, pm.TupleOutput])
+@pytest.mark.parametrize("labels_by_keyword", [True, False])
+def test_dict_and_tuple_outputs_are_checked_on_their_logits(model_cls, labels_by_keyword):
+    record = _probe(pm.output_toy(model_cls, labels_by_keyword=labels_by_keyword))
+    assert record["run_valid"] is True, record
+    assert record["details"]["output_shape"] == [2, 3]
+    assert record["details"]["output_type"] == ("dict" if model_cls is pm.DictOutput else "tuple")
+    assert record["details"]["logits_at"] == ("output.logits" if model_cls is pm.DictOutput else "output[1]")
+    assert isinstance(record["details"]["loss"], float)
+
+
+def test_tuple_without_labels_keeps_its_logits_first():
+    from mlflow_perfgate.workloads._outputs import logits_of, loss_of
+
+    logits = torch.ones(2, 3)
+    assert logits_of((logits,), labels_given=False) == (logits, "output[0]")
+    assert logits_of((torch.tensor(1.0), logits))[1] == "output[1]"
+    assert logits_of((logits, torch.ones(2)))[1] == "output[0]"
+    assert loss_of({"loss": torch.tensor(2.0), "logits": logits}).item() == 2.0
+    with pytest.raises(TypeError, match="without a loss.*pass labels"):
+        loss_of({"logits": logits})
+    with pytest.raises(TypeError, match="must return the loss"):
+        loss_of(object())
+
+
+def test_nan_inside_a_dict_output_is_found_where_it_began():
+    record = _probe(pm.output_toy(pm.DictOutput, pm.InjectNaN()))
+    assert record["issues"] == ["numerical"]
+    assert record["first_failure"] == "inner.encoder.1"
+    assert record["reproducible"] is True
+
+
+def test_output_without_logits_breaks_the_contract():
+    record = _probe(pm.output_toy(pm.NoLogits))
+    assert record["issues"] == ["output_contract"] and record["first_failure"] == "output"
+    assert record["details"]["output_contract"] == "output is dict without logits at output.logits"
+
+
+@pytest.mark.parametrize("model_cls", [pm.DictOutput, pm.TupleOutput])
+def test_stages_accept_a_model_output_as_the_loss(model_cls):
+    from mlflow_perfgate.workloads import collect_memory_evidence, collect_time_evidence
+
+    workload = pm.output_toy(model_cls)
+    assert float(workload.step()) >= 0
+    time_record = collect_time_evidence(workload, steps=1, warmup=0)
+    assert [stage["name"] for stage in time_record["stages"]] == ["dataloader", "forward", "backward", "optimizer"]
+    memory = collect_memory_evidence(workload)
+    assert memory["objects"]["gradients"] == memory["objects"]["parameters"]

@@ -5,7 +5,10 @@ It imports neither mlflow nor ``mlflow_perfgate.tracking``. Ranking and judging 
 """
 
 from ._attempt import DEFAULT_TIMEOUT_S, AttemptResult, interleave, run_attempt
+from ._conditions import choice, flag, integer, number, shape
 from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
+from ._hardware import native_bf16
+from ._hf import HFWorkload, hf_workload
 from ._interface import (
     BUILTIN_WORKLOADS,
     STAGES,
@@ -21,16 +24,24 @@ __all__ = sorted([
     "AttemptResult",
     "BUILTIN_WORKLOADS",
     "DEFAULT_TIMEOUT_S",
+    "HFWorkload",
     "STAGES",
     "Workload",
     "WorkloadProtocol",
+    "choice",
     "collect_memory_evidence",
     "collect_time_evidence",
+    "flag",
+    "hf_workload",
+    "integer",
     "interleave",
     "make_workload",
+    "native_bf16",
+    "number",
     "pinned_threads",
     "probe_correctness",
     "profile_operators",
     "resolve_workload",
     "run_attempt",
+    "shape",
 ])

@@ -15,6 +15,7 @@ import torch
 
 from ..rules import top_hotspots
 from ._interface import STAGES, describe_workload, device_of, missing_stages
+from ._outputs import loss_of
 from ._state import preserved, rng_devices
 from ._timing import synchronize
 
@@ -41,7 +42,8 @@ def collect_time_evidence(workload: Any, steps: int = 5, *, warmup: int = 1,
     Each stage (``dataloader`` = ``next_batch()``, ``forward``, ``backward``, ``optimizer`` =
     ``optimizer_step()``) is timed on its own with ``time.perf_counter``, with a device
     synchronisation inside each clock, so the stages do not overlap and their sum is the share
-    denominator. The workload trains while being timed.
+    denominator. The workload trains while being timed. ``forward`` may return the loss or a
+    model output holding it (see :meth:`Workload.forward`); ``backward`` receives the loss.
 
     Args:
         workload: a workload with the four stage methods (see :class:`Workload`).
@@ -77,7 +79,7 @@ def collect_time_evidence(workload: Any, steps: int = 5, *, warmup: int = 1,
             if name == "dataloader":
                 value = stage()
             elif name == "forward":
-                value = stage(value)
+                value = loss_of(stage(value))
             elif name == "backward":
                 stage(value)
             else:
@@ -152,7 +154,7 @@ def _activation_and_gradient_bytes(workload: Any, model: torch.nn.Module,
     batch = get_batch()
     with preserved(model), torch.random.fork_rng(devices=rng_devices(device_of(workload))):
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            loss = workload.forward(batch)
+            loss = loss_of(workload.forward(batch))
         # Parameters saved for backward are already counted as parameters.
         activation = _unique_storage_bytes(saved, exclude=parameter_pointers)
         saved.clear()
@@ -307,7 +309,7 @@ def profile_operators(workload: Any, out_dir: str | os.PathLike, steps: int = 3,
         with record_function("dataloader"):
             batch = workload.next_batch()
         with record_function("forward"):
-            loss = workload.forward(batch)
+            loss = loss_of(workload.forward(batch))
         with record_function("backward"):
             workload.backward(loss)
         with record_function("optimizer"):

@@ -12,6 +12,8 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
+from ._outputs import loss_of
+
 __all__ = [
     "BUILTIN_WORKLOADS",
     "STAGES",
@@ -23,6 +25,9 @@ __all__ = [
 
 #: Built-in short names for factories.
 BUILTIN_WORKLOADS: dict[str, str] = {"tinylm": "mlflow_perfgate.workloads.tinylm:make_workload"}
+
+#: The prefix of a workload name that wraps a Hugging Face model factory: ``hf:module:function``.
+HF_PREFIX = "hf"
 
 #: The non-overlapping stages of a training step, in execution order, and the method behind each.
 STAGES: tuple[tuple[str, str], ...] = (
@@ -75,13 +80,18 @@ class Workload:
         """Return the next training batch, already on :attr:`device` (stage ``dataloader``)."""
         raise NotImplementedError
 
-    def forward(self, batch: Any) -> torch.Tensor:
-        """Run the model on ``batch`` and return the scalar loss (stage ``forward``)."""
+    def forward(self, batch: Any) -> Any:
+        """Run the model on ``batch`` and return the scalar loss (stage ``forward``).
+
+        The model's own output is accepted too when it holds the loss: a ``transformers``
+        ``ModelOutput`` or a dict with ``loss``, or a tuple with the loss first (a Hugging Face
+        model called with labels), so ``return self.model(**batch)`` is a valid forward.
+        """
         raise NotImplementedError
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Back-propagate ``loss`` (stage ``backward``)."""
-        loss.backward()
+    def backward(self, loss: Any) -> None:
+        """Back-propagate ``loss``, or the loss in a model output (stage ``backward``)."""
+        loss_of(loss).backward()
 
     def optimizer_step(self) -> None:
         """Apply and then clear the gradients (stage ``optimizer``).
@@ -97,7 +107,7 @@ class Workload:
     def step(self) -> torch.Tensor:
         """Run one training step through the four stages and return its loss."""
         batch = self.next_batch()
-        loss = self.forward(batch)
+        loss = loss_of(self.forward(batch))
         self.backward(loss)
         self.optimizer_step()
         return loss.detach()
@@ -141,22 +151,32 @@ def resolve_workload(name: str) -> Callable[[dict], Any]:
     """Find the factory behind a workload name.
 
     Args:
-        name: a built-in short name (``"tinylm"``) or ``"package.module:function"``.
+        name: a built-in short name (``"tinylm"``), ``"package.module:function"``, or
+            ``"hf:package.module:function"`` for a factory of a Hugging Face ``transformers``
+            model that the built-in adapter turns into a workload (see
+            :func:`~mlflow_perfgate.workloads.hf_workload`).
 
     Returns:
         The factory, a callable taking the conditions dict.
 
     Raises:
-        ValueError: the name is neither built in nor of the form ``module:function``, or the
-            module or function cannot be found.
+        ValueError: the name is neither built in nor of the form ``module:function`` or
+            ``hf:module:function``, the module or function cannot be found, or an ``hf:``
+            name is given and ``transformers`` is not installed.
     """
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"workload must be a non-empty string, got {name!r}")
+    prefix, sep, rest = name.strip().partition(":")
+    if sep and prefix.lower() == HF_PREFIX:
+        from ._hf import resolve_hf_factory  # imports transformers only when asked for
+
+        return resolve_hf_factory(rest)
     target = BUILTIN_WORKLOADS.get(name.strip().lower(), name.strip())
     module_name, sep, function_name = target.partition(":")
     if not sep or not module_name or not function_name:
         raise ValueError(
-            f"workload must be one of {sorted(BUILTIN_WORKLOADS)} or 'module:function', got {name!r}"
+            f"workload must be one of {sorted(BUILTIN_WORKLOADS)}, 'module:function' or "
+            f"'hf:module:function', got {name!r}"
         )
     try:
         module = importlib.import_module(module_name)

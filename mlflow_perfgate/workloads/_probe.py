@@ -15,6 +15,7 @@ import torch
 
 from ..rules import validate_validity_report
 from ._interface import device_of
+from ._outputs import describe_output, logits_of, loss_of
 from ._state import preserved, rng_devices
 
 __all__ = ["probe_correctness"]
@@ -68,8 +69,6 @@ def _probe_pass(workload: Any, model: torch.nn.Module, batch: Any, seed: int) ->
             # forward pass tells the execution order we want.
             if not collecting:
                 return
-            if module is model and not root_outputs:
-                root_outputs.append(output)
             if _non_finite(output) and name not in non_finite_modules:
                 non_finite_modules.append(name)
         return hook
@@ -80,10 +79,18 @@ def _probe_pass(workload: Any, model: torch.nn.Module, batch: Any, seed: int) ->
         module.register_forward_hook(make_hook(name or root_name))
         for name, module in model.named_modules()
     ]
+
+    def capture_root(module, args, kwargs, output):
+        # With the call's keyword arguments: whether labels were given tells where a tuple
+        # output keeps its logits.
+        if collecting and not root_outputs:
+            root_outputs.append((output, kwargs.get("labels") is not None if "labels" in kwargs else None))
+
+    handles.append(model.register_forward_hook(capture_root, with_kwargs=True))
     try:
         with torch.random.fork_rng(devices=rng_devices(device_of(workload))):
             torch.manual_seed(seed)
-            loss = workload.forward(batch)
+            loss = loss_of(workload.forward(batch))
             collecting = False
             for name in non_finite_modules[:1]:
                 findings.add("numerical", name)
@@ -116,13 +123,21 @@ def _check_output_contract(workload: Any, batch: Any, outputs: list, findings: _
         findings.details["output_contract"] = "the model was not called by forward()"
         findings.add("output_contract", "output")
         return
-    output = outputs[0]
+    raw, labels_given = outputs[0]
     expected_shape = None
     expected = getattr(workload, "expected_output_shape", None)
     if callable(expected):
         expected_shape = expected(batch)
+    output, where = logits_of(raw, labels_given=labels_given)
+    if not isinstance(raw, torch.Tensor):
+        findings.details["output_type"] = describe_output(raw)
+        findings.details["logits_at"] = where
     if not isinstance(output, torch.Tensor):
-        findings.details["output_contract"] = f"output is {type(output).__name__}, not a tensor"
+        kind = describe_output(raw)
+        findings.details["output_contract"] = (
+            f"output is {kind}, not a tensor" if where == "output"
+            else f"output is {kind} without logits at {where}"
+        )
         findings.add("output_contract", "output")
         return
     findings.details["output_shape"] = list(output.shape)
@@ -162,9 +177,11 @@ def probe_correctness(workload: Any, *, batch: Any = None, replay: bool = True) 
     * ``numerical``: the first module (in execution order) whose output holds a NaN or an
       infinity, else a non-finite loss (``first_failure='loss'``), else the first parameter
       with a non-finite gradient under a finite loss;
-    * ``output_contract``: the model's output is a floating tensor of
+    * ``output_contract``: the model's logits are a floating tensor of
       ``workload.expected_output_shape(batch)`` when the workload declares one
-      (``first_failure='output'``);
+      (``first_failure='output'``). The logits are the model's output when it is a tensor;
+      in a ``ModelOutput`` or a dict, its ``logits``; in a tuple, the first element, or the
+      second when labels were given (``transformers``' conventions);
     * ``gradient_chain``: a trainable parameter left without a gradient (``grad is None``)
       after backward, for instance unused in forward or used through ``.detach()``
       (``first_failure`` is its qualified name).
@@ -173,6 +190,10 @@ def probe_correctness(workload: Any, *, batch: Any = None, replay: bool = True) 
     class name. When something failed and ``replay`` is true, the step is replayed from the same
     seed, state and batch; ``reproducible`` says whether the same issues and first failure
     recur. It is ``False`` for a valid run.
+
+    ``workload.forward(batch)`` may return the loss or the model's output holding it (a
+    ``ModelOutput`` or dict with ``loss``, a tuple with the loss first). Every floating tensor
+    of every module's output, a ``ModelOutput``'s included, is checked for finiteness.
 
     Args:
         workload: a workload with ``model``, ``forward(batch)`` and ``backward(loss)``, and

@@ -118,3 +118,54 @@ def toy(model_cls, *args, **kwargs) -> ToyWorkload:
         torch.manual_seed(0)
         model = model_cls(*args, **kwargs)
     return ToyWorkload(model)
+
+
+class DictOutput(nn.Module):
+    """Returns ``{'loss': ..., 'logits': ...}`` as a Hugging Face model does given labels."""
+
+    def __init__(self, inject: nn.Module | None = None):
+        super().__init__()
+        self.inner = Stack(inject)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict:
+        logits = self.inner(x)
+        output = {"logits": logits}
+        if labels is not None:
+            output = {"loss": (logits - labels).pow(2).mean(), **output}
+        return output
+
+
+class TupleOutput(DictOutput):
+    """Returns ``(loss, logits)`` given labels, else ``(logits,)``: ``return_dict=False``."""
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> tuple:
+        return tuple(super().forward(x, labels=labels).values())
+
+
+class NoLogits(DictOutput):
+    """Returns a dict with a loss and no logits."""
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict:
+        return {"loss": super().forward(x, labels=labels)["loss"]}
+
+
+class OutputWorkload(ToyWorkload):
+    """Returns the model's own output from ``forward``, as ``return self.model(**batch)`` does."""
+
+    def __init__(self, model: nn.Module, *, labels_by_keyword: bool = True):
+        super().__init__(model)
+        self.labels = torch.zeros(2, 3)
+        self.labels_by_keyword = labels_by_keyword
+
+    def forward(self, batch: torch.Tensor):
+        if self.labels_by_keyword:
+            return self.model(batch, labels=self.labels)
+        return self.model(batch, self.labels)
+
+
+def output_toy(model_cls, *args, labels_by_keyword: bool = True, **kwargs) -> OutputWorkload:
+    """An :class:`OutputWorkload` around ``model_cls(*args, **kwargs)`` built from seed 0."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = model_cls(*args, **kwargs)
+    return OutputWorkload(model, labels_by_keyword=labels_by_keyword)
