@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 import click
 
@@ -16,7 +18,7 @@ EXIT_USAGE = 2
 _DEBUG_ENV = "MLFLOW_PERFGATE_DEBUG"
 
 
-def _fail(message: str) -> "NoReturn":  # noqa: F821
+def _fail(message: str) -> NoReturn:
     click.echo(f"Error: {message}", err=True)
     sys.exit(EXIT_USAGE)
 
@@ -58,8 +60,12 @@ def guarded(func):
     return wrapper
 
 
-def parse_assignments(items: tuple[str, ...], option: str) -> dict[str, str]:
-    """``("a=1", "b=x")`` -> ``{"a": "1", "b": "x"}``, with a clear error for a bad item."""
+def parse_assignments(items: tuple[str, ...], option: str, *, allow_empty: bool = True) -> dict[str, str]:
+    """``("a=1", "b=x")`` -> ``{"a": "1", "b": "x"}``, with a clear error for a bad item.
+
+    With ``allow_empty=False`` a ``KEY=`` with nothing after it is refused: on a command line it is
+    most often a shell variable that was not set (``--set revision=$GIT_SHA``).
+    """
     result: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -68,6 +74,9 @@ def parse_assignments(items: tuple[str, ...], option: str) -> dict[str, str]:
         key = key.strip()
         if key in result:
             raise click.BadParameter(f"{key!r} given twice", param_hint=option)
+        if not value.strip() and not allow_empty:
+            raise click.BadParameter(f"{key!r} has an empty value (an unset shell variable?); give a value, or "
+                                     "--allow-empty to record it empty", param_hint=option)
         result[key] = value.strip()
     return result
 
@@ -170,13 +179,17 @@ def collect_policy(kwargs: dict) -> dict:
 
 
 def print_decision(result: dict, output_format: str) -> None:
+    """The report (or the JSON result); for the text format, then the tail: what happened and where to look."""
     if output_format == "json":
         click.echo(json.dumps(result, indent=2, default=str))
         return
-    from mlflow_perfgate.tracking import decision_markdown
+    from mlflow_perfgate.tracking import decision_markdown, decision_summary
 
     click.echo(result.get("report") or decision_markdown(result))
     click.echo(f"decision run: {result['decision_run_id']}")
+    tail = decision_summary(result)
+    tail[0] += f" (exit code {EXIT_CODES[result['decision']]})"
+    click.echo("\n".join(["", *tail]))
 
 
 def exit_for(result: dict) -> None:
@@ -194,13 +207,84 @@ def cli():
     """
 
 
+_RECORD_FIELDS = ("group", "arm", "set", "latency_ms", "quality", "failure", "validity", "metrics", "env",
+                  "attempt_id", "parent_run_id", "experiment")
+
+
+def _validity(text: str | None, where: str):
+    """A correctness record from JSON text or ``@FILE``."""
+    if not text:
+        return None
+    if text.startswith("@"):
+        try:
+            with open(text[1:], encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {text[1:]!r}: {exc.strerror}", param_hint=where) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=where) from None
+
+
+def _numbers(items: dict, where: str) -> dict:
+    numbers = {}
+    for key, value in items.items():
+        try:
+            numbers[key] = float(value)
+        except (TypeError, ValueError):
+            raise click.BadParameter(f"{key}={value!r} is not a number", param_hint=where) from None
+    return numbers
+
+
+def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
+    """The attempts of a JSON-lines file (``-``: stdin), each checked: ``record``'s options as fields."""
+    try:
+        handle = sys.stdin if source == "-" else open(source, encoding="utf-8")
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {source!r}: {exc.strerror}", param_hint="--from-jsonl") from None
+    attempts = []
+    with handle if source != "-" else contextlib.nullcontext(handle):
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            where = f"--from-jsonl line {number}"
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise click.BadParameter(f"not valid JSON: {exc}", param_hint=where) from None
+            if not isinstance(item, dict):
+                raise click.BadParameter(f"expected a JSON object, got {type(item).__name__}", param_hint=where)
+            unknown = sorted(set(item) - set(_RECORD_FIELDS))
+            if unknown:
+                raise click.BadParameter(f"unknown fields {unknown}; expected some of {list(_RECORD_FIELDS)}",
+                                         param_hint=where)
+            for name in ("set", "metrics", "env"):
+                if not isinstance(item.get(name, {}), dict):
+                    raise click.BadParameter(f"{name!r} must be an object of KEY: VALUE", param_hint=where)
+            validity = item.get("validity")
+            attempts.append(dict(
+                where=where, group=item.get("group", defaults["group"]), arm=item.get("arm", defaults["arm"]),
+                conditions={**defaults["conditions"], **item.get("set", {})},
+                latency_ms=item.get("latency_ms"), quality=item.get("quality"), failure=item.get("failure") or None,
+                validity=_validity(validity, where) if isinstance(validity, str) else validity,
+                metrics=item.get("metrics") or None, environment=item.get("env") or None,
+                attempt_id=item.get("attempt_id"), parent_run_id=item.get("parent_run_id", defaults["parent_run_id"]),
+                experiment_name=item.get("experiment", defaults["experiment"]),
+            ))
+    if not attempts:
+        raise click.BadParameter(f"{source!r} holds no attempt", param_hint="--from-jsonl")
+    return attempts
+
+
 @cli.command()
-@click.option("--group", required=True, help="Comparison id the attempt belongs to.")
-@click.option("--arm", required=True, type=click.Choice(["baseline", "candidate"]))
+@click.option("--group", default=None, help="Comparison id the attempt belongs to.")
+@click.option("--arm", default=None, type=click.Choice(["baseline", "candidate"]))
 @click.option("--set", "conditions", multiple=True, metavar="KEY=VALUE",
               help="A condition (param); repeat for each: model, input_shape, batch_size, ...")
 @click.option("--conditions", "condition_list", default=None, metavar="K=V;K=V",
               help="Conditions as one semicolon-separated list (for the MLproject entry point).")
+@click.option("--allow-empty", is_flag=True, help="Accept a condition with an empty value (KEY=).")
 @click.option("--latency-ms", type=OptionalFloat(), default=None, help="The attempt's latency (required unless --failure).")
 @click.option("--quality", type=OptionalFloat(), default=None, help="The attempt's quality score (required unless --failure).")
 @click.option("--failure", default=None, help="Why the attempt failed; records a failed attempt.")
@@ -210,40 +294,56 @@ def cli():
 @click.option("--env", "environment", multiple=True, metavar="KEY=VALUE",
               help="A fingerprint key to add or override (torch_threads=2, gpu_name=...).")
 @click.option("--attempt-id", default=None, help="A unique id: a retried record with the same id counts once.")
-@click.option("--parent-run-id", default=None, help="A comparison run to nest the attempt under.")
+@click.option("--parent-run-id", default=None, help="A comparison run to nest the attempt under [$MLFLOW_RUN_ID].")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
+@click.option("--from-jsonl", "from_jsonl", default=None, metavar="FILE",
+              help="Many attempts, one JSON object per line (- for stdin) with record's options as fields "
+                   "(group, arm, set, latency_ms, quality, failure, validity, metrics, env, attempt_id, "
+                   "parent_run_id, experiment); the options above are the defaults of every line. Every "
+                   "line is checked before anything is written.")
 @guarded
-def record(group, arm, conditions, condition_list, latency_ms, quality, failure, validity, metrics, environment,
-           attempt_id, parent_run_id, experiment):
-    """Log one attempt from a shell (a workload not written in Python); prints the run id."""
-    from mlflow_perfgate.tracking import log_attempt
-
+def record(group, arm, conditions, condition_list, allow_empty, latency_ms, quality, failure, validity, metrics,
+           environment, attempt_id, parent_run_id, experiment, from_jsonl):
+    """Log attempts from a shell (a workload not written in Python); prints each run id."""
     if condition_list:
         conditions = conditions + tuple(item for item in condition_list.split(";") if item.strip())
-    failure = failure or None  # an empty --failure (an MLproject default) means none
-    parsed_validity = None
-    if validity:
-        text = validity
-        if validity.startswith("@"):
-            with open(validity[1:], encoding="utf-8") as handle:
-                text = handle.read()
+    parsed = parse_assignments(conditions, "--set", allow_empty=allow_empty)
+    parent_run_id = parent_run_id or os.environ.get("MLFLOW_RUN_ID") or None  # nested under `mlflow run`
+    if from_jsonl is not None:
+        given = [name for name, value in (("--latency-ms", latency_ms), ("--quality", quality), ("--failure", failure),
+                                          ("--validity", validity), ("--metric", metrics), ("--attempt-id", attempt_id))
+                 if value]
+        if given:
+            raise click.UsageError(f"--from-jsonl takes each attempt's outcome from its line; drop {', '.join(given)}")
+        attempts = _jsonl_attempts(from_jsonl, {"group": group, "arm": arm, "conditions": parsed,
+                                                "parent_run_id": parent_run_id, "experiment": experiment})
+    else:
+        for name, value in (("--group", group), ("--arm", arm)):
+            if value is None:
+                raise click.UsageError(f"Missing option '{name}' (or give --from-jsonl)")
+        attempts = [dict(
+            where=None, group=group, arm=arm, conditions=parsed, latency_ms=latency_ms, quality=quality,
+            failure=failure or None,  # an empty --failure (an MLproject default) means none
+            validity=_validity(validity, "--validity"), metrics=_numbers(parse_assignments(metrics, "--metric"),
+                                                                          "--metric") or None,
+            environment=parse_assignments(environment, "--env") or None, attempt_id=attempt_id,
+            parent_run_id=parent_run_id, experiment_name=experiment,
+        )]
+    from mlflow_perfgate.errors import InputError
+    from mlflow_perfgate.tracking._inputs import check_attempt
+
+    checked = []
+    for item in attempts:  # every attempt checked before mlflow is imported, and before anything is written
+        where = item.pop("where")
         try:
-            parsed_validity = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--validity") from None
-    extra = {}
-    for key, value in parse_assignments(metrics, "--metric").items():
-        try:
-            extra[key] = float(value)
-        except ValueError:
-            raise click.BadParameter(f"{key}={value!r} is not a number", param_hint="--metric") from None
-    run_id = log_attempt(
-        group, arm, parse_assignments(conditions, "--set"), latency_ms=latency_ms, quality=quality,
-        ok=failure is None, failure=failure, validity=parsed_validity, experiment_name=experiment,
-        parent_run_id=parent_run_id, attempt_id=attempt_id, metrics=extra or None,
-        environment=parse_assignments(environment, "--env") or None,
-    )
-    click.echo(run_id)
+            checked.append(check_attempt(item.pop("group"), item.pop("arm"), item.pop("conditions"),
+                                         ok=item["failure"] is None, **item))
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}" if where else str(exc)) from None
+    from mlflow_perfgate.tracking import log_checked
+
+    for attempt in checked:
+        click.echo(log_checked(attempt))
 
 
 @cli.command()
@@ -303,14 +403,18 @@ def report(group, experiment):
     click.echo(read_report(frame.iloc[0]["run_id"]), nl=False)
 
 
-def _conditions(sets: tuple[str, ...]) -> dict:
-    return parse_assignments(sets, "--set")
+def _conditions(sets: tuple[str, ...], allow_empty: bool = False) -> dict:
+    return parse_assignments(sets, "--set", allow_empty=allow_empty)
+
+
+_ALLOW_EMPTY = click.option("--allow-empty", is_flag=True, help="Accept a condition with an empty value (KEY=).")
 
 
 @cli.command()
 @click.option("--workload", default="tinylm", show_default=True, help="tinylm, or a factory module:function.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
 @click.option("--change", "change", required=True, metavar="KEY=VALUE", help="The one variable the candidate changes.")
+@_ALLOW_EMPTY
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")
 @click.option("--group", default=None, help="Comparison id (default: a new one).")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
@@ -324,16 +428,18 @@ def _conditions(sets: tuple[str, ...]) -> dict:
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
-def compare(workload, sets, change, attempts, group, experiment, timeout_s, threads, in_process,
+def compare(workload, sets, change, allow_empty, attempts, group, experiment, timeout_s, threads, in_process,
             until_decisive, max_attempts, output_format, no_progress, **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
-    from mlflow_perfgate.harness import compare as run_compare
-
+    conditions = _conditions(sets, allow_empty)
+    change = parse_assignments((change,), "--change", allow_empty=allow_empty)
     options = collect_policy(kwargs)
     if until_decisive and max_attempts is None:
         max_attempts = 4 * attempts
+    from mlflow_perfgate.harness import compare as run_compare
+
     result = run_compare(
-        workload, _conditions(sets), parse_assignments((change,), "--change"), attempts=attempts, group=group,
+        workload, conditions, change, attempts=attempts, group=group,
         experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
         **options,
@@ -345,6 +451,7 @@ def compare(workload, sets, change, attempts, group, experiment, timeout_s, thre
 @cli.command()
 @click.option("--workload", default="tinylm", show_default=True, help="tinylm, or a factory module:function.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
+@_ALLOW_EMPTY
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
               help="Attempts per arm the proposed comparison will run.")
 @click.option("--capacity-mib", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -353,11 +460,12 @@ def compare(workload, sets, change, attempts, group, experiment, timeout_s, thre
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @guarded
-def diagnose(workload, sets, attempts, capacity_mib, steps, experiment, output_format):
+def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experiment, output_format):
     """Evidence (probe, stage times, memory) -> hypothesis -> a single-variable plan; logs a diagnosis run."""
+    conditions = _conditions(sets, allow_empty)
     from mlflow_perfgate.harness import diagnose as run_diagnose
 
-    report = run_diagnose(workload, _conditions(sets), attempts=attempts, capacity_mib=capacity_mib,
+    report = run_diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
                           experiment_name=experiment, steps=steps)
     if output_format == "json":
         click.echo(json.dumps(report, indent=2, default=str))
@@ -376,11 +484,13 @@ def diagnose(workload, sets, attempts, capacity_mib, steps, experiment, output_f
         click.echo(f"objective: {report['objective']}")
         click.echo(f"test it with:\n  {report['command']}")
     click.echo(f"diagnosis run: {report['diagnosis_run_id']}")
+    click.echo(f"see it: {report['diagnosis_run_url']}")
 
 
 @cli.command()
 @click.option("--workload", default="tinylm", show_default=True, help="tinylm, or a factory module:function.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
+@_ALLOW_EMPTY
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")
 @click.option("--capacity-mib", type=click.FloatRange(min=0), default=None,
               help="Memory budget of the target device, MiB (0 or unset: this machine's).")
@@ -395,17 +505,18 @@ def diagnose(workload, sets, attempts, capacity_mib, steps, experiment, output_f
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--gate", is_flag=True, help="Exit with the decision's code (as compare does) instead of 0.")
 @guarded
-def pipeline(workload, sets, attempts, capacity_mib, steps, fallback_change, experiment, timeout_s, in_process,
-             no_progress, gate, **kwargs):
+def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallback_change, experiment, timeout_s,
+             in_process, no_progress, gate, **kwargs):
     """The main job: diagnose, compare the plan's change under the diagnosis's objective, decide.
 
     Exits 0 once a decision is logged (whatever it is), unless --gate.
     """
-    from mlflow_perfgate.harness import pipeline as run_pipeline
-
+    conditions = _conditions(sets, allow_empty)
     options = collect_policy(kwargs)
     fallback = parse_assignments((fallback_change,), "--fallback-change") if fallback_change else None
-    outcome = run_pipeline(workload, _conditions(sets), attempts=attempts, capacity_mib=capacity_mib or None,
+    from mlflow_perfgate.harness import pipeline as run_pipeline
+
+    outcome = run_pipeline(workload, conditions, attempts=attempts, capacity_mib=capacity_mib or None,
                            fallback_change=fallback, experiment_name=experiment, steps=steps,
                            progress=not no_progress, supervised=not in_process, timeout_s=timeout_s, **options)
     synthesis = outcome["diagnosis"]["synthesis"]

@@ -165,11 +165,6 @@ def compare(
     Returns:
         ``evaluate_group``'s result, with ``comparison_run_id``.
     """
-    from tqdm import tqdm
-
-    from .tracking import end_run, evaluate_group, start_comparison
-    from .workloads import interleave, run_attempt
-
     if type(attempts) is not int or attempts < 1:
         raise InputError(f"attempts must be a positive integer, got {attempts!r}")
     if until_decisive and (type(max_attempts) is not int or max_attempts < attempts):
@@ -180,6 +175,11 @@ def compare(
     base = _base_conditions(workload, conditions, attempts)
     variable, value = _validated_change(base, change, hypothesis)
     candidate = {**base, variable: value}
+    from tqdm import tqdm  # the checks above need none of these
+
+    from .tracking import end_run, evaluate_group, start_comparison
+    from .workloads import interleave, run_attempt
+
     group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
                                      workload=workload, parent_run_id=parent_run_id)
@@ -347,7 +347,7 @@ def diagnose(
     Returns:
         ``{"bundle", "synthesis", "plan", "objective", "diagnosis_run_id", "command"}``.
     """
-    from .tracking import log_diagnosis
+    from .tracking import log_diagnosis, run_url
     from .workloads import (collect_memory_evidence, collect_time_evidence, make_workload, probe_correctness,
                             profile_operators)
 
@@ -382,7 +382,7 @@ def diagnose(
     command = compare_command(workload, plan, attempts, experiment_name, objective) \
         if plan["action"] == "run_comparison" else None
     return {"bundle": bundle, "synthesis": synthesis, "plan": plan, "objective": objective,
-            "diagnosis_run_id": run_id, "command": command}
+            "diagnosis_run_id": run_id, "diagnosis_run_url": run_url(run_id), "command": command}
 
 
 def pipeline(

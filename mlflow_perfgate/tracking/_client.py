@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import random
 import re
+import shlex
 import time
+import urllib.parse
 from typing import Callable, Iterable, TypeVar
 
 from mlflow.entities import Metric, Param, RunTag, ViewType
@@ -15,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from ..rules._errors import InputError, StoreRefused, StoreUnavailable
 from ._schema import MAX_ENTITIES_PER_BATCH, MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
 
-__all__ = ["client", "log_batch", "resolve_experiment", "retrying", "search_all", "store_error"]
+__all__ = ["client", "log_batch", "redact_uri", "resolve_experiment", "retrying", "run_link", "search_all", "store_error"]
 
 T = TypeVar("T")
 #: Page size of a search: MLflow's default page, which every store and server accepts.
@@ -48,6 +50,27 @@ def client() -> MlflowClient:
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
     return MlflowClient()
+
+
+def redact_uri(uri: str) -> str:
+    """A tracking URI without the credentials it may hold (``http://user:secret@host`` -> ``http://host``)."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """Where a person opens a run: its page on a tracking server, or the ``mlflow ui`` command for a local store."""
+    uri = redact_uri(tracking_uri)
+    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    if uri.startswith(("http://", "https://")):
+        return f"{uri.rstrip('/')}/{page}"
+    return f"mlflow ui --backend-store-uri {shlex.quote(uri)}, then open http://127.0.0.1:5000/{page}"
 
 
 def is_unreachable(exc: BaseException) -> bool:

@@ -124,7 +124,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     result.setdefault("warnings", [])
     result.setdefault("failed_checks", [])
     if dry_run:
-        result.update(decision_run_id=None, report=None)
+        result.update(decision_run_id=None, decision_run_url=None, report=None)
         return result
     decision_run_id, moves = decision_target(parent, mlflow_client, experiment_id, group)
     result["decision_run_id"] = decision_run_id
@@ -135,6 +135,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
             with contextlib.suppress(Exception):  # no half-written decision run stays listed
                 mlflow_client.delete_run(decision_run_id)
         raise
+    result["decision_run_url"] = _client.run_link(mlflow_client.tracking_uri, experiment_id, decision_run_id)
     if moves:
         reparent(mlflow_client, views, decision_run_id)
     _report.write_step_summary(result["report"])

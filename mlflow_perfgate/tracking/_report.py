@@ -19,7 +19,7 @@ from ..rules._registry import METHODS, OBJECTIVES
 from . import _client
 from ._schema import ARMS, ARTIFACT_DIR, DECISION_FORMAT, MAX_TAG_VALUE, fit
 
-__all__ = ["ARTIFACT_DIR", "decision_markdown", "fit_note", "latency_plot", "log_artifacts", "prepare_artifacts",
+__all__ = ["ARTIFACT_DIR", "decision_markdown", "decision_summary", "fit_note", "latency_plot", "log_artifacts", "prepare_artifacts",
            "read_decision", "read_report", "write_step_summary"]
 
 #: The rows every report has: (label, key of the arm summary, unit).
@@ -122,6 +122,31 @@ def decision_markdown(result: dict) -> str:
         lines += ["", "The noise figure, (P95 - median) / median of the baseline, is a teaching proxy, "
                   "not a confidence interval."]
     return "\n".join(lines) + "\n"
+
+
+def decision_summary(result: dict) -> list[str]:
+    """The tail of a long command: the decision, its reason in words, and where to look.
+
+    Returns:
+        Lines: the headline; the reason; each failed (or undecided) check's message, or for a
+        rerun the attempts per arm that would likely settle it; the experiment and the decision
+        run; the link (``decision_run_url``) to open.
+    """
+    lines = [f"decision: {_headline(result)}"]
+    reason = result["reason"]
+    lines.append(f"why: {REASONS.get(reason, reason)} ({reason})")
+    messages = result.get("messages") or {}
+    open_checks = [name for name in messages if messages[name].startswith(("FAILED", "INCONCLUSIVE"))]
+    lines += [f"  {name}: {messages[name]}" for name in open_checks]
+    if result["decision"] == "blocked_by_correctness":
+        lines.append(f"  issues: {', '.join(result.get('issues', []))}; first failure: {result.get('first_failure')}")
+    if result["decision"] == "rerun" and result.get("recommended_attempts"):
+        lines.append(f"  about {result['recommended_attempts']} attempts per arm would likely settle it")
+    if result.get("decision_run_id"):
+        lines.append(f"experiment {result.get('experiment_id')}, decision run {result['decision_run_id']}")
+    if result.get("decision_run_url"):
+        lines.append(f"see it: {result['decision_run_url']}")
+    return lines
 
 
 def fit_note(note: str) -> str:

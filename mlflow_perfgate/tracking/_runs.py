@@ -22,7 +22,7 @@ from ._schema import (
     group_key,
 )
 
-__all__ = ["start_comparison", "end_run", "log_diagnosis"]
+__all__ = ["end_run", "log_diagnosis", "run_url", "start_comparison"]
 
 
 def start_comparison(group: str, conditions: dict, changed_variable: str, *, objective: str = "latency",
@@ -125,3 +125,10 @@ def _diagnosis_note(synthesis: dict, plan: dict) -> str:
         variable = plan["changed_variable"]
         lines.append(f"- single change: `{variable}`: `{plan['baseline'][variable]}` -> `{plan['candidate'][variable]}`")
     return "\n".join(lines) + "\n"
+
+
+def run_url(run_id: str) -> str:
+    """Where a person opens a run: its page on the tracking server, or the ``mlflow ui`` command to start."""
+    mlflow_client = _client.client()
+    run = _client.retrying(lambda: mlflow_client.get_run(run_id))
+    return _client.run_link(mlflow_client.tracking_uri, run.info.experiment_id, run_id)

@@ -1,0 +1,273 @@
+"""The checks of an attempt's input, before anything is written: pure Python, no mlflow import.
+
+``log_attempt``, ``attempt`` and the command line's ``record`` (which checks every attempt it
+was given before it imports mlflow) all check here: a group, an arm, the conditions, the
+outcome, the validity record, extra metrics and tags, the environment fingerprint. Bad input is
+an :class:`~mlflow_perfgate.errors.InputError` naming the field; nothing is truncated.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import rules
+from ..rules._errors import InputError
+from ._environment import ENV_TAG_PREFIX, fingerprint
+from ._schema import (
+    ARMS,
+    KIND_ATTEMPT,
+    MAX_KEY_LENGTH,
+    MAX_PARAM_VALUE,
+    MAX_TAG_VALUE,
+    METRIC,
+    TAG,
+    canonical_conditions,
+    fit,
+    group_key,
+)
+
+__all__ = ["CheckedAttempt", "check_attempt", "clip", "mlflow_name_problem"]
+
+# mlflow.utils.validation.validate_param_and_metric_name, on POSIX
+_MLFLOW_NAME = re.compile(r"^[/\w.\- :]*$")
+
+
+def clip(text: str, limit: int = MAX_TAG_VALUE) -> str:
+    """Shorten a message of our own making to fit a tag (with the marker); user input is refused instead."""
+    return fit(text, limit)
+
+
+def mlflow_name_problem(name: str) -> str | None:
+    """Why MLflow would refuse ``name`` as a param, metric or tag key; ``None`` when it accepts it.
+
+    The rule of ``mlflow.utils.validation`` (``validate_param_and_metric_name`` and
+    ``path_not_unique``, POSIX), written here so that input is checked before mlflow is
+    imported; ``tests/test_inputs.py`` holds it to MLflow's own on many names.
+    """
+    if not _MLFLOW_NAME.match(name):
+        return ("Names may only contain alphanumerics, underscores (_), dashes (-), periods (.), spaces ( ), "
+                "colon(:) and slashes (/).")
+    normal = posixpath.normpath(name)
+    if normal != name or normal == "." or normal.startswith("..") or normal.startswith("/"):
+        return ("Names may be treated as files in certain cases, and must not resolve to other names when treated "
+                f"as such. This name would resolve to {normal!r}")
+    return None
+
+
+def _check_key(key: Any, what: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise InputError(f"{what} key must be a non-empty string, got {key!r}")
+    _check_encodable(key, f"{what} key")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InputError(f"{what} key {key[:40]!r}... is {len(key)} characters; MLflow allows {MAX_KEY_LENGTH}")
+    problem = mlflow_name_problem(key)
+    if problem is not None:
+        raise InputError(f"{what} key {key!r} is not accepted by MLflow: Invalid value {key!r} for parameter "
+                         f"'key' supplied: {problem}")
+
+
+def _check_encodable(value: str, what: str) -> None:
+    """Refuse text no store keeps faithfully: NUL (PostgreSQL refuses it) and text that is not
+    UTF-8 (lone surrogates, from command-line bytes that were not UTF-8)."""
+    if "\x00" in value:
+        raise InputError(f"{what} contains a NUL character, which tracking stores cannot keep")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{what} is not valid UTF-8 text") from None
+
+
+def _check_text(value: Any, what: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be a string, got {type(value).__name__}")
+    _check_encodable(value, what)
+    if len(value) > limit:
+        raise InputError(
+            f"{what} is {len(value)} characters; MLflow keeps at most {limit} and would truncate it"
+        )
+    return value
+
+
+def _real(value: Any, what: str, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        raise InputError(f"{what} must be a number, got {type(value).__name__} {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise InputError(f"{what} must be finite, got {value!r} (MLflow cannot store NaN or infinity faithfully)")
+    if positive and number <= 0:
+        raise InputError(f"{what} must be > 0, got {value!r}")
+    return number
+
+
+def _check_params(conditions: dict) -> dict[str, str]:
+    params = canonical_conditions(conditions)
+    if not params:
+        raise InputError("conditions must name at least one condition (model, batch_size, ...)")
+    for key, value in params.items():
+        _check_key(key, "condition")
+        _check_text(value, f"condition {key!r}", MAX_PARAM_VALUE)
+    return params
+
+
+def _check_group(group: Any) -> str:
+    if not isinstance(group, str) or not group.strip():
+        raise InputError(f"group must be a non-empty string, got {group!r}")
+    return _check_text(group, "group", MAX_TAG_VALUE)
+
+
+def _check_arm(arm: Any) -> str:
+    if arm not in ARMS:
+        raise InputError(f"arm must be one of {list(ARMS)}, got {arm!r}")
+    return arm
+
+
+def _validity_tags(validity: dict | None) -> dict[str, str]:
+    if validity is None:
+        return {}
+    try:
+        report = rules.validate_validity_report(validity)
+    except KeyError as exc:
+        raise InputError(f"validity: {exc.args[0]}") from None
+    except ValueError as exc:
+        raise InputError(f"validity: {exc}") from None
+    return {
+        TAG.RUN_VALID: "true" if report["run_valid"] else "false",
+        TAG.ISSUES: _check_text(",".join(report["issues"]), "validity issues", MAX_TAG_VALUE),
+        TAG.FIRST_FAILURE: _check_text(str(report["first_failure"] or ""), "validity first_failure", MAX_TAG_VALUE),
+        TAG.REPRODUCIBLE: "true" if report["reproducible"] else "false",
+    }
+
+
+@dataclass
+class _Result:
+    """The checked outcome of one attempt, ready to write."""
+
+    ok: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+    step_times_ms: list[float] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def result_tags(self) -> dict[str, str]:
+        return {TAG.OK: "true" if self.ok else "false", **self.tags}
+
+
+def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, validity: Any,
+                  metrics: dict | None, step_times_ms: Any, tags: dict | None) -> _Result:
+    if type(ok) is not bool:
+        raise InputError(f"ok must be True or False, got {ok!r}")
+    result = _Result(ok=ok)
+    if ok:
+        if failure is not None:
+            raise InputError("an ok attempt cannot have a failure reason; pass ok=False")
+        if latency_ms is None or quality is None:
+            raise InputError("an ok attempt needs latency_ms (finite, > 0) and quality (finite)")
+    else:
+        if not isinstance(failure, str) or not failure.strip():
+            raise InputError("a failed attempt (ok=False) needs a non-empty failure reason")
+        result.tags[TAG.FAILURE] = _check_text(failure, "failure", MAX_TAG_VALUE)
+    if latency_ms is not None:
+        result.metrics[METRIC.LATENCY] = _real(latency_ms, "latency_ms", positive=True)
+    if quality is not None:
+        result.metrics[METRIC.QUALITY] = _real(quality, "quality")
+    for key, value in (metrics or {}).items():
+        _check_key(key, "metric")
+        result.metrics[key] = _real(value, f"metric {key!r}")
+    if step_times_ms is not None:
+        result.step_times_ms = [_real(v, "step_times_ms", positive=True) for v in step_times_ms]
+    result.tags.update(_validity_tags(validity))
+    for key, value in (tags or {}).items():
+        _check_key(key, "tag")
+        result.tags[key] = _check_text(value, f"tag {key!r}", MAX_TAG_VALUE)
+    return result
+
+
+def _env_tags(environment: dict | None) -> dict[str, str]:
+    if environment is not None and not isinstance(environment, dict):
+        raise InputError(f"environment must be a dict, got {type(environment).__name__}")
+    tags = {}
+    for key, value in fingerprint(environment).items():
+        tag = ENV_TAG_PREFIX + key
+        _check_key(tag, "environment")
+        tags[tag] = _check_text(value, f"environment {key!r}", MAX_TAG_VALUE)
+    return tags
+
+
+def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: str | None,
+                   environment: dict | None = None) -> dict:
+    if attempt_id is None:
+        attempt_id = uuid.uuid4().hex
+    _check_text(attempt_id, "attempt_id", MAX_TAG_VALUE)
+    if not attempt_id.strip():
+        raise InputError("attempt_id must be a non-empty string")
+    tags = {
+        TAG.KIND: KIND_ATTEMPT,
+        TAG.GROUP: group,
+        TAG.GROUP_KEY: group_key(group),
+        TAG.ARM: arm,
+        TAG.ATTEMPT_ID: attempt_id,
+        **_env_tags(environment),
+    }
+    if parent_run_id is not None:
+        if not isinstance(parent_run_id, str) or not parent_run_id.strip():
+            raise InputError(f"parent_run_id must be a run id string, got {parent_run_id!r}")
+        tags[TAG.PARENT] = parent_run_id
+    return tags
+
+
+def _run_name(arm: str, attempt_id: str) -> str:
+    return f"{arm}-{attempt_id[:8]}"
+
+
+def _check_experiment_name(experiment_name: Any) -> str | None:
+    if experiment_name is not None:
+        if not isinstance(experiment_name, str) or not experiment_name.strip():
+            raise InputError(f"experiment_name must be a non-empty string, got {experiment_name!r}")
+        _check_encodable(experiment_name, "experiment_name")
+    return experiment_name
+
+
+@dataclass(frozen=True)
+class CheckedAttempt:
+    """One attempt whose every field passed the checks: what ``log_attempt`` writes."""
+
+    group: str
+    arm: str
+    params: dict
+    result: _Result
+    creation_tags: dict
+    experiment_name: str | None
+
+    @property
+    def attempt_id(self) -> str:
+        return self.creation_tags[TAG.ATTEMPT_ID]
+
+    def payload(self, tracking_uri: str, experiment_env: dict) -> dict:
+        """The JSON-ready form the journal keeps and ``write_payload`` writes."""
+        return {
+            "attempt_id": self.attempt_id, "group": self.group, "arm": self.arm, "tracking_uri": tracking_uri,
+            "experiment_name": self.experiment_name, "experiment_env": experiment_env, "params": self.params,
+            "creation_tags": self.creation_tags, "ok": self.result.ok, "metrics": self.result.metrics,
+            "step_times_ms": self.result.step_times_ms, "tags": self.result.tags,
+        }
+
+
+def check_attempt(group: Any, arm: Any, conditions: Any, *, latency_ms: Any = None, quality: Any = None,
+                  ok: Any = True, failure: Any = None, validity: Any = None, experiment_name: Any = None,
+                  parent_run_id: Any = None, attempt_id: Any = None, metrics: Any = None, step_times_ms: Any = None,
+                  tags: Any = None, environment: Any = None) -> CheckedAttempt:
+    """Check every field of an attempt (the arguments of ``log_attempt``) without touching a store.
+
+    Raises:
+        InputError: the first field that is wrong, named.
+    """
+    group, arm = _check_group(group), _check_arm(arm)
+    params = _check_params(conditions)
+    result = _check_result(ok=ok, latency_ms=latency_ms, quality=quality, failure=failure, validity=validity,
+                           metrics=metrics, step_times_ms=step_times_ms, tags=tags)
+    created = _creation_tags(group, arm, attempt_id, parent_run_id, environment)
+    return CheckedAttempt(group, arm, params, result, created, _check_experiment_name(experiment_name))

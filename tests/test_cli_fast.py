@@ -1,0 +1,139 @@
+"""The command line answers help and bad input before it imports mlflow or torch; record takes JSON lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+REPO = Path(__file__).resolve().parents[1]
+
+_PROBE = """
+import json, sys
+from mlflow_perfgate.cli import main
+code = 0
+try:
+    main(json.loads(sys.argv[1]))
+except SystemExit as exc:
+    code = exc.code or 0
+heavy = sorted({m.split('.')[0] for m in sys.modules} & {'mlflow', 'torch', 'transformers'})
+print(json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+def _probe(argv: list[str], tmp_path: Path) -> tuple[dict, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/never.db"}
+    completed = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argv)], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=120)
+    return json.loads(completed.stdout.strip().splitlines()[-1]), completed.stderr
+
+
+RECORD = ["record", "--group", "g", "--arm", "baseline"]
+
+
+@pytest.mark.parametrize("argv, code, needle", [
+    (["--help"], 0, ""),
+    (["compare", "--help"], 0, ""),
+    (["evaluate", "--help"], 0, ""),
+    (["evaluate"], 2, "Missing option '--group'"),
+    (["nosuchcommand"], 2, "No such command"),
+    ([*RECORD, "--set", "model"], 2, "expected KEY=VALUE"),
+    ([*RECORD, "--set", "model=m", "--set", "revision="], 2, "'revision' has an empty value"),
+    ([*RECORD, "--set", "model=m", "--latency-ms", "nan", "--quality", "1"], 2, "latency_ms must be finite"),
+    ([*RECORD, "--set", "bad key!=1", "--latency-ms", "1", "--quality", "1"], 2, "not accepted by MLflow"),
+    ([*RECORD, "--set", "model=m"], 2, "needs latency_ms"),
+    ([*RECORD, "--set", "model=m", "--failure", "x", "--validity", "{"], 2, "not valid JSON"),
+    (["evaluate", "--group", "g", "--min-improvement", "2"], 2, "min_improvement must be in the range [0, 1)"),
+    (["evaluate", "--group", "g", "--method", "robust", "--objective", "memory"], 2, "judged by the seed method"),
+    (["compare", "--change", "checkpoint=true", "--set", "revision="], 2, "'revision' has an empty value"),
+    (["compare", "--change", "checkpoint"], 2, "expected KEY=VALUE"),
+    (["compare", "--change", "checkpoint=true", "--alpha", "1.5"], 2, "alpha must be in the range (0, 1)"),
+    (["diagnose", "--set", "dtype"], 2, "expected KEY=VALUE"),
+    (["pipeline", "--set", "x=", "--margin", "-1"], 2, "'x' has an empty value"),
+])
+def test_help_and_bad_input_answer_before_mlflow_or_torch_is_imported(tmp_path, argv, code, needle):
+    outcome, err = _probe(argv, tmp_path)
+    assert outcome == {"code": code, "heavy": []}, (argv, err)
+    if needle:
+        assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "never.db").exists()
+
+
+def _lines(*items) -> str:
+    return "\n".join(json.dumps(item) for item in items) + "\n"
+
+
+BASE = {"model": "TinyLM", "batch_size": 4}
+
+
+def test_record_from_jsonl_logs_every_line_in_one_call(sqlite_uri, tmp_path, capsys):
+    from mlflow_perfgate.cli import main
+
+    path = tmp_path / "attempts.jsonl"
+    path.write_text(_lines(
+        {"arm": "baseline", "latency_ms": 100.0, "quality": 0.9},
+        {"arm": "candidate", "set": {"checkpoint": "true"}, "latency_ms": 90.0, "quality": 0.9,
+         "metrics": {"peak_mem_mib": 5}},
+        {"arm": "candidate", "set": {"checkpoint": "true"}, "failure": "timeout"},
+    ))
+    with pytest.raises(SystemExit) as info:
+        main(["record", "--group", "jsonl", "--set", "model=TinyLM", "--set", "checkpoint=false",
+              "--experiment", "lines", "--from-jsonl", str(path)])
+    assert info.value.code == 0
+    run_ids = capsys.readouterr().out.split()
+    assert len(run_ids) == 3
+    client = MlflowClient()
+    runs = {run_id: client.get_run(run_id) for run_id in run_ids}
+    assert [runs[r].data.tags["perfgate.arm"] for r in run_ids] == ["baseline", "candidate", "candidate"]
+    assert [runs[r].data.params["checkpoint"] for r in run_ids] == ["false", "true", "true"]
+    assert runs[run_ids[1]].data.metrics["peak_mem_mib"] == 5
+    assert runs[run_ids[2]].info.status == "FAILED" and runs[run_ids[2]].data.tags["perfgate.failure"] == "timeout"
+    assert {runs[r].data.tags["perfgate.group"] for r in run_ids} == {"jsonl"}
+
+
+@pytest.mark.parametrize("bad_line, needle", [
+    ("{not json", "--from-jsonl line 2: not valid JSON"),
+    (json.dumps([1, 2]), "--from-jsonl line 2: expected a JSON object"),
+    (json.dumps({"arm": "candidate", "latency_ms": -1, "quality": 1}), "--from-jsonl line 2: latency_ms must be > 0"),
+    (json.dumps({"arm": "sideways", "latency_ms": 1, "quality": 1}), "--from-jsonl line 2: arm must be one of"),
+    (json.dumps({"arm": "candidate", "latncy_ms": 1}), "unknown fields ['latncy_ms']"),
+])
+def test_one_bad_line_writes_nothing(sqlite_uri, tmp_path, capsys, bad_line, needle):
+    from mlflow_perfgate.cli import main
+
+    good = json.dumps({"arm": "baseline", "latency_ms": 100.0, "quality": 0.9})
+    path = tmp_path / "attempts.jsonl"
+    path.write_text("\n".join([good, bad_line, good]) + "\n")
+    with pytest.raises(SystemExit) as info:
+        main(["record", "--group", "bad-lines", "--set", "model=TinyLM", "--experiment", "lines-bad",
+              "--from-jsonl", str(path)])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and needle in err and "Traceback" not in err
+    assert MlflowClient().get_experiment_by_name("lines-bad") is None  # nothing written, not even the experiment
+
+
+def test_record_from_stdin(sqlite_uri, tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    completed = subprocess.run(
+        [sys.executable, "-m", "mlflow_perfgate", "record", "--group", "stdin", "--arm", "baseline", "--set",
+         "model=TinyLM", "--experiment", "stdin", "--from-jsonl", "-"],
+        input=_lines({"latency_ms": 1.5, "quality": 1}, {"latency_ms": 1.7, "quality": 1}),
+        capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert len(completed.stdout.split()) == 2
+
+
+def test_from_jsonl_refuses_per_attempt_options(sqlite_uri, tmp_path, capsys):
+    from mlflow_perfgate.cli import main
+
+    path = tmp_path / "a.jsonl"
+    path.write_text(_lines({"arm": "baseline", "latency_ms": 1, "quality": 1}))
+    with pytest.raises(SystemExit) as info:
+        main(["record", "--group", "g", "--set", "model=m", "--latency-ms", "3", "--from-jsonl", str(path)])
+    assert info.value.code == 2 and "drop --latency-ms" in capsys.readouterr().err
