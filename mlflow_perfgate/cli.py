@@ -350,8 +350,8 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
 @click.option("--group", required=True, help="Comparison id to judge.")
 @click.option("--experiment", default=None, help="Experiment name.")
 @decision_options
-@click.option("--stale-after", type=float, default=None, metavar="SECONDS",
-              help="A RUNNING attempt older than this counts as failed ('stale') [3600].")
+@click.option("--stale-after", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="A RUNNING attempt older than this counts as failed ('stale'), > 0 [3600].")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @guarded
 def evaluate(group, experiment, stale_after, output_format, **kwargs):
@@ -359,8 +359,8 @@ def evaluate(group, experiment, stale_after, output_format, **kwargs):
     options = collect_policy(kwargs)
     from mlflow_perfgate.tracking import DEFAULT_STALE_AFTER_S, evaluate_group
 
-    result = evaluate_group(group, experiment_name=experiment, stale_after_s=stale_after or DEFAULT_STALE_AFTER_S,
-                            **options)
+    result = evaluate_group(group, experiment_name=experiment,
+                            stale_after_s=DEFAULT_STALE_AFTER_S if stale_after is None else stale_after, **options)
     print_decision(result, output_format)
     exit_for(result)
 
@@ -424,12 +424,14 @@ _ALLOW_EMPTY = click.option("--allow-empty", is_flag=True, help="Accept a condit
 @click.option("--in-process", is_flag=True, help="Run attempts in this process (faster; a crash takes the run down).")
 @click.option("--until-decisive", is_flag=True, help="Add attempt pairs while the answer is rerun, up to --max-attempts.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Per-arm cap for --until-decisive.")
+@click.option("--resume", is_flag=True, help="Add to a group that already holds attempts (a re-run), reusing its "
+              "comparison run; without it such a group is refused.")
 @decision_options
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
 def compare(workload, sets, change, allow_empty, attempts, group, experiment, timeout_s, threads, in_process,
-            until_decisive, max_attempts, output_format, no_progress, **kwargs):
+            until_decisive, max_attempts, resume, output_format, no_progress, **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     conditions = _conditions(sets, allow_empty)
     change = parse_assignments((change,), "--change", allow_empty=allow_empty)
@@ -442,7 +444,7 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
         workload, conditions, change, attempts=attempts, group=group,
         experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
-        **options,
+        resume=resume, **options,
     )
     print_decision(result, output_format)
     exit_for(result)
@@ -534,6 +536,20 @@ def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallbac
 
 
 @cli.command()
+@click.option("--group", required=True, help="The comparison the attempts belong to.")
+@click.option("--run-id", "run_ids", multiple=True, required=True, help="An attempt run to exclude; repeat for each.")
+@click.option("--reason", required=True, help="What was mistaken about it (kept on the run).")
+@guarded
+def forget(group, run_ids, reason):
+    """Exclude mistaken attempts from a group's decisions (tagged, with the reason; never deleted)."""
+    from mlflow_perfgate.tracking import forget as exclude
+
+    for run_id in exclude(group, list(run_ids), reason):
+        click.echo(f"excluded {run_id}")
+    click.echo("evaluate again to decide without them")
+
+
+@cli.command()
 @guarded
 def sync():
     """Send journaled attempts that never reached the tracking server (idempotent)."""
@@ -542,6 +558,10 @@ def sync():
     counts = replay()
     click.echo(f"{counts['sent']} sent, {counts['already_present']} already present "
                f"(of {counts['pending_before']} waiting in the journal)")
+    if counts.in_flight:
+        click.echo(f"{counts.in_flight} attempts started and are still running (or ran on another host): left pending")
+    for line in counts.skipped_lines:
+        click.echo(f"warning: journal line skipped: {line}", err=True)
 
 
 @cli.command()

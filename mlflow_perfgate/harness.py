@@ -7,17 +7,20 @@ rules through ``evaluate_group``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from typing import Any, Callable
 
 from . import rules
-from .rules._errors import InputError, SingleVariableError
+from .rules._errors import InputError, SingleVariableError, StoreUnavailable
 
 __all__ = [
     "DEFAULT_CONDITIONS",
@@ -94,8 +97,9 @@ def _gpu_name(conditions: dict) -> str:
     return "none"
 
 
-def _log_result(group: str, arm: str, conditions: dict, result, *, experiment_name, parent_run_id) -> str | None:
-    from .tracking import METRIC, TAG, AttemptDeferred, log_attempt
+def _outcome(result, conditions: dict) -> dict:
+    """An :class:`AttemptResult` as the arguments of ``log_attempt`` / ``StartedAttempt.finish``."""
+    from .tracking import METRIC
 
     metrics = {}
     if result.peak_mem_mib is not None:
@@ -107,20 +111,44 @@ def _log_result(group: str, arm: str, conditions: dict, result, *, experiment_na
     environment = {"gpu_name": _gpu_name(conditions)}
     if result.torch_threads is not None:
         environment["torch_threads"] = result.torch_threads
-    tags = {TAG.MEM_STATUS: result.mem_status} if result.mem_status else {}
-    if result.failure_detail and not result.ok:
-        tags[TAG.FAILURE_DETAIL] = result.failure_detail[-7900:]
+    return dict(
+        latency_ms=result.latency_ms if result.ok else None, quality=result.quality if result.ok else None,
+        ok=result.ok, failure=None if result.ok else result.failure[:7900], validity=result.validity,
+        metrics=metrics or None, step_times_ms=list(result.step_times_ms) or None, environment=environment,
+        failure_detail=result.failure_detail if not result.ok else None, mem_status=result.mem_status,
+    )
+
+
+def _finish(started, result, conditions: dict) -> str | None:
+    from .tracking import AttemptDeferred
+
     try:
-        return log_attempt(
-            group, arm, conditions, latency_ms=result.latency_ms if result.ok else None,
-            quality=result.quality if result.ok else None, ok=result.ok,
-            failure=None if result.ok else result.failure[:7900], validity=result.validity,
-            experiment_name=experiment_name, parent_run_id=parent_run_id, metrics=metrics or None,
-            step_times_ms=list(result.step_times_ms) or None, tags=tags or None, environment=environment,
-        )
+        return started.finish(**_outcome(result, conditions))
     except AttemptDeferred as exc:
         print(f"warning: {exc}", file=sys.stderr)
         return None
+
+
+class Terminated(BaseException):
+    """SIGTERM reached a running comparison (a cancelled CI job): stop, end every run with the reason."""
+
+
+@contextlib.contextmanager
+def _terminate_as_exception():
+    """Turn SIGTERM into :class:`Terminated` for the block (main thread only), so the running child is
+    killed and the comparison ended KILLED with the reason instead of the process vanishing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated(f"terminated by {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def compare(
@@ -141,6 +169,7 @@ def compare(
     hypothesis: str = "the candidate change improves the objective",
     on_attempt: Callable[[str, Any], None] | None = None,
     parent_run_id: str | None = None,
+    resume: bool = False,
     **evaluate_kwargs: Any,
 ) -> dict:
     """Run baseline and candidate attempts interleaved (ABBA) under a comparison run, then decide.
@@ -160,6 +189,9 @@ def compare(
             attempt pairs, up to ``max_attempts`` per arm (see ``evaluate_group``'s ``look``).
         progress: show a progress bar on stderr.
         parent_run_id: a run to nest the comparison under (the ``mlflow run`` project run).
+        resume: add to a group that already holds attempts (a re-run of the same comparison):
+            its comparison run is reused and the ABBA rounds continue; without it such a
+            group is refused, never half-mixed.
         **evaluate_kwargs: thresholds and options for ``evaluate_group``.
 
     Returns:
@@ -177,26 +209,42 @@ def compare(
     candidate = {**base, variable: value}
     from tqdm import tqdm  # the checks above need none of these
 
-    from .tracking import end_run, evaluate_group, start_comparison
+    from .tracking import end_run, evaluate_group, group_state, start_attempt, start_comparison, sync
     from .workloads import interleave, run_attempt
 
     group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
-                                     workload=workload, parent_run_id=parent_run_id)
+    held = group_state(group, experiment_name=experiment_name)
+    if held["attempts"] and not resume:
+        raise InputError(
+            f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
+            "comparison's attempts to them, or choose another --group")
+    if resume and held["comparison_run_id"]:
+        comparison_id = held["comparison_run_id"]
+    else:
+        comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
+                                         workload=workload, parent_run_id=parent_run_id)
     arms = {"baseline": base, "candidate": candidate}
+    next_pair = held["next_pair"]
+    deferred: list[str] = []  # attempts kept in the journal while the server was down
 
     def run_block(order: list[str], bar) -> None:
-        for arm in order:
+        nonlocal next_pair
+        for index, arm in enumerate(order):
+            started = start_attempt(group, arm, arms[arm], experiment_name=experiment_name,
+                                    parent_run_id=comparison_id, pair=next_pair + index // 2,
+                                    environment={"gpu_name": _gpu_name(arms[arm])})
             result = run_attempt(workload, arms[arm], supervised=supervised, timeout_s=timeout_s, threads=threads)
-            _log_result(group, arm, arms[arm], result, experiment_name=experiment_name, parent_run_id=comparison_id)
+            if _finish(started, result, arms[arm]) is None:
+                deferred.append(started.attempt_id)
             if on_attempt is not None:
                 on_attempt(arm, result)
             bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")
             bar.update(1)
+        next_pair += len(order) // 2
 
     try:
-        with tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt", disable=not progress,
-                  file=sys.stderr) as bar:
+        with _terminate_as_exception(), tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt",
+                                             disable=not progress, file=sys.stderr) as bar:
             run_block(interleave(attempts), bar)
             done, look = attempts, 1
             while until_decisive:
@@ -211,13 +259,17 @@ def compare(
                 bar.total += 2 * extra
                 run_block(interleave(extra), bar)
                 done, look = done + extra, look + 1
-        final_kwargs = dict(evaluate_kwargs)
-        if until_decisive:
-            final_kwargs.update(look=look, max_looks=_max_looks(attempts, max_attempts))
-        result = evaluate_group(group, experiment_name=experiment_name, objective=objective, **final_kwargs)
-    except BaseException:
+            if deferred:  # the server may be back: send what waits in the journal before deciding
+                with contextlib.suppress(StoreUnavailable):
+                    sync()
+            final_kwargs = dict(evaluate_kwargs)
+            if until_decisive:
+                final_kwargs.update(look=look, max_looks=_max_looks(attempts, max_attempts))
+            result = evaluate_group(group, experiment_name=experiment_name, objective=objective, **final_kwargs)
+    except BaseException as exc:
+        reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
         try:
-            end_run(comparison_id, "KILLED")
+            end_run(comparison_id, "KILLED", reason=f"compare stopped before its decision: {reason}"[:2000])
         except Exception:  # the server may be what failed; the original error matters
             pass
         raise

@@ -35,7 +35,7 @@ def test_non_regression_mode(sqlite_uri):
     result = pg.evaluate_group("slow", method="robust", mode="non_regression", margin=0.05)
     assert result["decision"] == "reject" and "no_regression_ok" in result["failed_checks"]
     params = MlflowClient().get_run(result["decision_run_id"]).data.params
-    assert params["margin"] == "0.05" and params["alpha"] == "0.02"
+    assert params["perfgate.margin"] == "0.05" and params["perfgate.alpha"] == "0.02"
 
 
 def test_rerun_carries_recommended_attempts(sqlite_uri):

@@ -25,7 +25,7 @@ def test_compare_nests_interleaved_attempts_under_the_decided_comparison(sqlite_
     assert result["decision_run_id"] == result["comparison_run_id"]
     assert comparison.data.tags[TAG.DECISION] == result["decision"] in ("accept", "reject", "rerun")
     assert comparison.data.tags[TAG.KIND] == "decision" and comparison.info.status == "FINISHED"
-    assert comparison.data.params["changed_variable"] == "checkpoint"
+    assert comparison.data.params["perfgate.changed_variable"] == "checkpoint"
     assert comparison.data.params["input_shape"] == "[2, 16]"
     attempts = sorted(result["attempts"], key=lambda a: a["start_time"])
     assert [a["arm"] for a in attempts] == ["baseline", "candidate", "candidate", "baseline"]

@@ -94,7 +94,7 @@ def test_a_toy_objective_flows_from_cli_to_decisions_and_report(sqlite_uri, caps
     assert run.data.metrics["baseline_median_energy_j"] == 52.0
     assert run.data.metrics["candidate_median_energy_j"] == 32.0
     assert run.data.metrics["energy_saving"] == pytest.approx(20 / 52)
-    assert run.data.params["min_energy_saving"] == "0.2"
+    assert run.data.params["perfgate.min_energy_saving"] == "0.2"
     assert run.data.tags["mlflow.note.content"].startswith("## ACCEPT: the candidate uses less energy")
 
     frame = pg.decisions(group="energy")

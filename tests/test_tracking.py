@@ -35,8 +35,8 @@ def test_accept_writes_a_decision_run_with_nested_attempts(tracking_uri, tmp_pat
     assert tags[TAG.GROUP] == "g-accept" and tags[TAG.REASON] == "declared_thresholds_checked"
     assert tags[TAG.FAILED_CHECKS] == ""
     assert "ACCEPT" in tags[TAG.NOTE] and "checkpoint" in tags[TAG.NOTE]
-    assert params["min_valid_runs"] == "5" and params["maximum_p95_ratio"] == "1.05"
-    assert params["changed_variable"] == "checkpoint" and params["candidate_value"] == "true"
+    assert params["perfgate.min_valid_runs"] == "5" and params["perfgate.maximum_p95_ratio"] == "1.05"
+    assert params["perfgate.changed_variable"] == "checkpoint" and params["perfgate.candidate_value"] == "true"
     assert metrics["baseline_median_ms"] == 100 and metrics["candidate_p95_ms"] == 91
     assert metrics["observed_improvement"] == pytest.approx(0.11)
     assert decision.info.status == "FINISHED"
@@ -77,7 +77,7 @@ def test_thresholds_are_passed_through(sqlite_uri):
     result = pg.evaluate_group("g-thr", min_valid_runs=2, min_improvement=0.3)
     assert result["decision"] == "reject" and result["failed_checks"] == ["improvement_ok"]
     params = MlflowClient().get_run(result["decision_run_id"]).data.params
-    assert params["min_valid_runs"] == "2" and params["min_improvement"] == "0.3"
+    assert params["perfgate.min_valid_runs"] == "2" and params["perfgate.min_improvement"] == "0.3"
 
 
 def test_blocked_by_correctness_comes_first(sqlite_uri):

@@ -12,6 +12,7 @@ import importlib
 _EXPORTS = {
     "AttemptDeferred": "_attempts",
     "AttemptRecorder": "_attempts",
+    "StartedAttempt": "_attempts",
     "DEFAULT_STALE_AFTER_S": "_evaluate",
     "METRIC": "_schema",
     "TAG": "_schema",
@@ -24,6 +25,9 @@ _EXPORTS = {
     "decisions": "_queries",
     "end_run": "_runs",
     "evaluate_group": "_evaluate",
+    "forget": "_maintenance",
+    "group_state": "_runs",
+    "start_attempt": "_attempts",
     "log_attempt": "_attempts",
     "log_checked": "_attempts",
     "log_diagnosis": "_runs",

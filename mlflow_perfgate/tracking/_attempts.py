@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from typing import Iterator
 
 from mlflow.entities import Metric, RunStatus
 
-from ..rules._errors import InputError
+from ..rules._errors import InputError, StoreRefused
 from . import _client, _journal
 from ._inputs import (
     _check_arm,
@@ -22,10 +23,11 @@ from ._inputs import (
     check_attempt,
     clip,
 )
+from ._environment import process_identity
 from ._schema import METRIC, TAG
 
-__all__ = ["AttemptDeferred", "AttemptRecorder", "attempt", "clip", "entities", "log_attempt", "log_checked",
-           "write_payload"]
+__all__ = ["AttemptDeferred", "AttemptRecorder", "StartedAttempt", "attempt", "clip", "entities", "log_attempt",
+           "log_checked", "start_attempt", "write_payload"]
 
 
 def entities(result: _Result) -> tuple[list[Metric], dict[str, str]]:
@@ -54,6 +56,9 @@ def log_attempt(
     tags: dict | None = None,
     environment: dict | None = None,
     journal: bool | None = None,
+    failure_detail: str | None = None,
+    mem_status: str | None = None,
+    pair: int | None = None,
 ) -> str:
     """Log one attempt as one MLflow run: create (with its tags), one ``log_batch``, terminate.
 
@@ -75,13 +80,19 @@ def log_attempt(
             the same id is counted once by the evaluator.
         metrics: extra finite metrics (``peak_mem_mib``, ``throughput_tok_s``, ...).
         step_times_ms: the raw step times, logged as the ``step_time_ms`` history.
-        tags: extra tags.
+        tags: extra tags; keys starting with ``perfgate.`` or ``mlflow.`` are refused (the tool's
+            own fields cannot be overridden that way), as are extra metrics named ``latency_ms``,
+            ``quality`` or ``step_time_ms``.
         environment: fingerprint keys to add or override (``torch_threads``, ``gpu_name``);
             the process's own fingerprint (versions, CPU, host, git revision) is always logged
             as ``perfgate.env.*`` tags.
         journal: append the attempt to the local journal first (see ``_journal``); default:
             yes for a tracking server over HTTP(S), no for a local store
             (``MLFLOW_PERFGATE_JOURNAL_MODE=always|never`` overrides).
+        failure_detail: context for a failure (a traceback, a child's log tail); shortened, with
+            the marker, to fit a tag.
+        mem_status: ``measured`` or ``estimated``: how ``peak_mem_mib`` was obtained.
+        pair: the attempt's ABBA round (``perfgate.pair``), for the paired method.
 
     Returns:
         The run id.
@@ -93,28 +104,48 @@ def log_attempt(
     checked = check_attempt(group, arm, conditions, latency_ms=latency_ms, quality=quality, ok=ok, failure=failure,
                             validity=validity, experiment_name=experiment_name, parent_run_id=parent_run_id,
                             attempt_id=attempt_id, metrics=metrics, step_times_ms=step_times_ms, tags=tags,
-                            environment=environment)
+                            environment=environment, failure_detail=failure_detail, mem_status=mem_status,
+                            pair=pair)
     return log_checked(checked, journal=journal)
 
 
 def log_checked(checked, *, journal: bool | None = None) -> str:
-    """Write an attempt :func:`check_attempt` passed (journaled first against a server); its run id."""
-    mlflow_client = _client.client()
+    """Write an attempt :func:`check_attempt` passed (journaled first against a server); its run id.
+
+    The journal line is written before any request. When the server cannot be reached, or
+    answers "not now" (429, 502, 503, 504), the attempt stays in the journal
+    (:class:`AttemptDeferred`); a definite refusal (401, 403, a bad request) is marked rejected,
+    never replayed; any other error leaves it pending for ``sync``. Once the run is written, a
+    journal that cannot take its ``synced`` line (a full disk) costs a warning only: the attempt
+    is in MLflow, and ``sync`` finds it there.
+    """
+    mlflow_client = _client.client(probe=False)
     experiment_env = {k: os.environ[k] for k in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID") if os.environ.get(k)}
     payload = checked.payload(mlflow_client.tracking_uri, experiment_env)
     use_journal = _journal_enabled(mlflow_client.tracking_uri) if journal is None else journal
+    return _send(payload, use_journal)
+
+
+def _send(payload: dict, use_journal: bool) -> str:
+    mlflow_client = _client.client(probe=False)
     if use_journal:
         _journal.append(payload)
     try:
-        run_id = write_payload(mlflow_client, payload)
+        _client.ensure_reachable(mlflow_client.tracking_uri, series=True)
+        run_id = write_payload(mlflow_client, payload, payload.get("run_id"))
     except Exception as exc:
         if use_journal and _client.is_unreachable(exc):
             raise AttemptDeferred(payload["attempt_id"], exc) from exc
-        if use_journal:
+        if use_journal and _client.is_final_refusal(exc):
             _journal.mark_rejected(payload["attempt_id"], _client.short_error(exc))
         raise
     if use_journal:
-        _journal.mark_synced(payload["attempt_id"], run_id)
+        try:
+            _journal.mark_synced(payload["attempt_id"], run_id)
+        except OSError as exc:
+            warnings.warn(f"attempt {payload['attempt_id']} is written (run {run_id}) but the journal "
+                          f"{_journal.journal_path()} could not record it ({exc.strerror}); 'mlflow-perfgate sync' "
+                          "will find it in MLflow", RuntimeWarning, stacklevel=3)
     return run_id
 
 
@@ -142,16 +173,44 @@ def _journal_enabled(tracking_uri: str) -> bool:
     return tracking_uri.startswith(("http://", "https://"))
 
 
-def write_payload(mlflow_client, payload: dict) -> str:
-    """Write one checked attempt: create the run with its tags, one ``log_batch``, terminate."""
-    experiment_name = payload["experiment_name"]
+def _create(mlflow_client, payload: dict) -> str:
+    """Create the attempt's run (RUNNING) with its creation tags; its id."""
     with _experiment_env(payload.get("experiment_env") or {}):
-        experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=True)
-    creation_tags = payload["creation_tags"]
+        experiment_id = _client.resolve_experiment(mlflow_client, payload["experiment_name"], create=True)
     run = _client.retrying(lambda: mlflow_client.create_run(
-        experiment_id, tags=creation_tags, run_name=_run_name(payload["arm"], payload["attempt_id"])
+        experiment_id, tags=payload["creation_tags"], run_name=_run_name(payload["arm"], payload["attempt_id"])
     ))
-    run_id = run.info.run_id
+    return run.info.run_id
+
+
+_PARENTS: dict[tuple[str, str], str | None] = {}
+
+
+def _check_parent(mlflow_client, parent_run_id: str, group: str) -> None:
+    """A parent run must exist and, when it belongs to a group (a comparison), to this one."""
+    key = (mlflow_client.tracking_uri, parent_run_id)
+    if key not in _PARENTS:
+        try:
+            run = _client.retrying(lambda: mlflow_client.get_run(parent_run_id))
+        except StoreRefused as exc:
+            if "RESOURCE_DOES_NOT_EXIST" in repr(exc.__cause__) or "not found" in str(exc).lower():
+                raise InputError(f"parent run {parent_run_id!r} does not exist in this tracking store") from None
+            raise
+        _PARENTS[key] = run.data.tags.get(TAG.GROUP)
+    other = _PARENTS[key]
+    if other is not None and other != group:
+        raise InputError(f"parent run {parent_run_id!r} is the comparison of group {other!r}, not of {group!r}; "
+                         "nest the attempt under its own group's comparison run")
+
+
+def write_payload(mlflow_client, payload: dict, run_id: str | None = None) -> str:
+    """Write one checked attempt: create the run with its tags (unless ``run_id``, a run created
+    when the attempt started), one ``log_batch`` of params, metrics and the outcome, terminate."""
+    if run_id is None:
+        parent = payload["creation_tags"].get(TAG.PARENT)
+        if parent:
+            _check_parent(mlflow_client, parent, payload["group"])
+        run_id = _create(mlflow_client, payload)
     result = _Result(ok=payload["ok"], metrics=payload["metrics"], step_times_ms=payload["step_times_ms"],
                      tags=payload["tags"])
     metric_entities, result_tags = entities(result)
@@ -164,6 +223,77 @@ def write_payload(mlflow_client, payload: dict) -> str:
     status = RunStatus.FINISHED if payload["ok"] else RunStatus.FAILED
     _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(status)))
     return run_id
+
+
+class StartedAttempt:
+    """An attempt whose run exists (RUNNING, with its conditions and who runs it) before it runs.
+
+    Made by :func:`start_attempt`; :meth:`finish` writes the outcome onto the same run. If the
+    process dies in between, the run stays RUNNING with ``perfgate.supervisor`` naming the dead
+    process: the evaluator and ``reap`` count it as failed (``supervisor_died``), on the host
+    that ran it at once, elsewhere once it is stale.
+    """
+
+    def __init__(self, payload: dict, run_id: str | None, use_journal: bool):
+        self.payload = payload
+        self.run_id = run_id
+        self.use_journal = use_journal
+
+    @property
+    def attempt_id(self) -> str:
+        return self.payload["attempt_id"]
+
+    def finish(self, *, latency_ms=None, quality=None, ok: bool = True, failure=None, validity=None, metrics=None,
+               step_times_ms=None, tags=None, environment: dict | None = None, failure_detail=None,
+               mem_status=None) -> str:
+        """Write the outcome (the arguments of :func:`log_attempt`) onto the started run; its run id.
+
+        ``environment`` adds or overrides fingerprint keys known only now (the threads measured).
+
+        Raises:
+            AttemptDeferred: the server could not be reached; the complete attempt is in the journal.
+        """
+        result = _check_result(ok=ok, latency_ms=latency_ms, quality=quality, failure=failure, validity=validity,
+                               metrics=metrics, step_times_ms=step_times_ms, tags=tags,
+                               failure_detail=failure_detail, mem_status=mem_status)
+        env = {k: v for k, v in _creation_tags(self.payload["group"], self.payload["arm"], self.attempt_id, None,
+                                               environment).items() if k.startswith(TAG.ENV_PREFIX)}
+        payload = {**self.payload, "ok": result.ok, "metrics": result.metrics, "step_times_ms": result.step_times_ms,
+                   "tags": {**env, **result.tags}, "run_id": self.run_id}
+        return _send(payload, self.use_journal)
+
+
+def start_attempt(group: str, arm: str, conditions: dict, *, experiment_name: str | None = None,
+                  parent_run_id: str | None = None, attempt_id: str | None = None,
+                  environment: dict | None = None, journal: bool | None = None,
+                  pair: int | None = None) -> StartedAttempt:
+    """Write an attempt as started before it runs (a comparison's attempts are): see :class:`StartedAttempt`.
+
+    Everything is checked first; against a server the start is journaled too, so that an
+    attempt in flight when its supervisor dies is known even if the server was down.
+    A server that cannot be reached now costs nothing here: :meth:`StartedAttempt.finish`
+    journals the complete attempt.
+    """
+    checked = check_attempt(group, arm, conditions, ok=False, failure="running", experiment_name=experiment_name,
+                            parent_run_id=parent_run_id, attempt_id=attempt_id, environment=environment, pair=pair)
+    mlflow_client = _client.client(probe=False)
+    experiment_env = {k: os.environ[k] for k in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID") if os.environ.get(k)}
+    payload = checked.payload(mlflow_client.tracking_uri, experiment_env)
+    payload["creation_tags"] = {**payload["creation_tags"], TAG.SUPERVISOR: process_identity()}
+    use_journal = _journal_enabled(mlflow_client.tracking_uri) if journal is None else journal
+    if use_journal:
+        _journal.append_started(payload)
+    run_id = None
+    try:
+        _client.ensure_reachable(mlflow_client.tracking_uri, series=True)
+        if parent_run_id:
+            _check_parent(mlflow_client, parent_run_id, payload["group"])
+        run_id = _create(mlflow_client, payload)
+        _client.log_batch(mlflow_client, run_id, params=payload["params"])
+    except Exception as exc:
+        if not _client.is_unreachable(exc):
+            raise
+    return StartedAttempt(payload, run_id, use_journal)
 
 
 @contextlib.contextmanager

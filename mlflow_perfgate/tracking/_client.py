@@ -7,9 +7,12 @@ import random
 import re
 import shlex
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from typing import Callable, Iterable, TypeVar
 
+import mlflow
 from mlflow.entities import Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -39,17 +42,86 @@ _UNREACHABLE_MARKERS = ("Connection refused", "Max retries exceeded", "Read time
 _KNOWN_EXPERIMENTS: dict[tuple[str, str], str] = {}
 
 
-def client() -> MlflowClient:
+#: A tracking server found down is taken as down for this long, without asking again: a series
+#: of attempts then writes each one to the journal at once instead of waiting on every one.
+DOWN_FOR_S = 30.0
+#: A server that answered is not asked again for this long before the next operation.
+UP_FOR_S = 60.0
+#: The probe's limit for connecting and for the answer (MLflow's own calls have 15 s each, retried).
+PROBE_TIMEOUT_S = 4.0
+_DOWN: dict[str, float] = {}
+_UP: dict[str, float] = {}
+
+
+def client(*, probe: bool = True) -> MlflowClient:
     """A client for the current tracking URI (``MLFLOW_TRACKING_URI`` or MLflow's default).
+
+    Against a tracking server, the server is first probed (``/health``, a few seconds at most,
+    at most once a minute) so that a dead or silent server is reported at once, not after
+    MLflow's minute of timeouts and retries; ``probe=False`` leaves that to :func:`ensure_reachable`.
 
     MLflow prints a "View run" link on every terminated run against a server, which costs an
     extra ``get_run`` request per attempt and pollutes the stdout of ``record``: turned off
     unless the user set the variable.
+
+    Raises:
+        StoreUnavailable: the server is down (probed now, or found down in the last 30 s).
     """
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
-    return MlflowClient()
+    mlflow_client = MlflowClient()
+    if probe:
+        ensure_reachable(mlflow_client.tracking_uri)
+    return mlflow_client
+
+
+def _is_http(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def mark_down(tracking_uri: str) -> None:
+    """Remember that the server did not answer: the next calls within :data:`DOWN_FOR_S` fail at once."""
+    if _is_http(tracking_uri):
+        _DOWN[redact_uri(tracking_uri)] = time.monotonic()
+        _UP.pop(redact_uri(tracking_uri), None)
+
+
+def ensure_reachable(tracking_uri: str, *, series: bool = False) -> None:
+    """Fail fast when a tracking server is down; a no-op for a local store.
+
+    Any HTTP answer (even 401 or 404) means the server is there; a refused connection, no answer
+    within :data:`PROBE_TIMEOUT_S`, or a retryable status (429, 502, 503, 504) means it is not.
+    With ``series`` (the attempts of a comparison), a server found down in the last
+    :data:`DOWN_FOR_S` is not asked again: each attempt goes to the journal at once. A command
+    of its own (``evaluate``, ``sync``) always asks.
+
+    Raises:
+        StoreUnavailable: the server is down.
+    """
+    if not _is_http(tracking_uri):
+        return
+    key, now = redact_uri(tracking_uri), time.monotonic()
+    if series and key in _DOWN and now - _DOWN[key] < DOWN_FOR_S:
+        raise StoreUnavailable(f"{key} did not answer {now - _DOWN[key]:.0f} s ago; not asking again for "
+                               f"{DOWN_FOR_S:.0f} s")
+    if key in _UP and now - _UP[key] < UP_FOR_S:
+        return
+    try:
+        with urllib.request.urlopen(f"{key.rstrip('/')}/health", timeout=PROBE_TIMEOUT_S):
+            pass
+    except urllib.error.HTTPError as exc:
+        if exc.code in RETRYABLE_STATUS:
+            mark_down(tracking_uri)
+            raise StoreUnavailable(f"{key} answered HTTP {exc.code} (not available now); check the server "
+                                   "and any proxy in front of it") from None
+    except (OSError, ValueError) as exc:  # refused, unreachable, timed out, a malformed URI
+        mark_down(tracking_uri)
+        reason = getattr(exc, "reason", None) or exc
+        raise StoreUnavailable(f"{key} could not be reached ({reason}); check that the server is up and "
+                               "MLFLOW_TRACKING_URI is right") from None
+    _DOWN.pop(key, None)
+    _UP[key] = now
 
 
 def redact_uri(uri: str) -> str:
@@ -73,21 +145,60 @@ def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     return f"mlflow ui --backend-store-uri {shlex.quote(uri)}, then open http://127.0.0.1:5000/{page}"
 
 
+#: HTTP answers that mean "not now" (a proxy while the server restarts, rate limiting), not "no".
+RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
+_RETRYABLE_CODES = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"})
+_TOO_MANY = re.compile(r"too many (\d{3}) error responses")
+_STATUS = re.compile(r"(?:Response code|status code|HTTP) (\d{3})")
+#: A refusal (4xx) is final: replaying the request would be refused again.
+_FINAL_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST",
+                          "RESOURCE_ALREADY_EXISTS", "BAD_REQUEST", "INVALID_STATE"})
+
+
+def _status(text: str) -> int | None:
+    match = _TOO_MANY.search(text) or _STATUS.search(text)
+    return int(match.group(1)) if match else None
+
+
 def is_unreachable(exc: BaseException) -> bool:
-    """Whether an error means the tracking server could not be reached (refused, timed out, down)."""
-    if "too many 5" in str(exc) or "ResponseError" in str(exc):
-        return False  # the server answered, with errors: replaying would meet them again
+    """Whether an error means the tracking server could not be reached or answered "not now".
+
+    Refused and timed-out connections, and the retryable answers 429, 502, 503 and 504 (a reverse
+    proxy while the server restarts), are outages: what was sent may be sent again later.
+    """
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
+        if isinstance(exc, StoreUnavailable):
+            return True
+        if getattr(exc, "error_code", None) in _RETRYABLE_CODES:
+            return True
+        text = str(exc)
+        status = _status(text)
+        if status is not None:
+            return status in RETRYABLE_STATUS
         if isinstance(exc, (ConnectionError, TimeoutError)):
             return True
         name = type(exc).__name__
         if name in ("ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "MaxRetryError",
                     "NewConnectionError", "ProtocolError", "RemoteDisconnected"):
             return True
-        text = str(exc)
         if any(marker in text for marker in _UNREACHABLE_MARKERS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def is_final_refusal(exc: BaseException) -> bool:
+    """Whether the store answered with a definite no (bad credentials, permission, bad request).
+
+    Anything else that is not an outage (a 500, say) may pass on its own: what was sent stays
+    pending in the journal for ``sync`` rather than being given up.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if getattr(exc, "error_code", None) in _FINAL_CODES and _status(str(exc)) is None:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -137,6 +248,10 @@ def store_error(exc: BaseException) -> StoreRefused | StoreUnavailable | None:
     return None
 
 
+def _current_uri() -> str:
+    return mlflow.get_tracking_uri()
+
+
 def retrying(call: Callable[[], T]) -> T:
     """Run a store call, retrying while SQLite reports its database locked.
 
@@ -153,6 +268,8 @@ def retrying(call: Callable[[], T]) -> T:
                 time.sleep(0.05 * (2**attempt) * (1 + random.random()))
                 continue
             translated = store_error(exc)
+            if isinstance(translated, StoreUnavailable):
+                mark_down(_current_uri())
             if translated is None or translated is exc:
                 raise
             raise translated from exc

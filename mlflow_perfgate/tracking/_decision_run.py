@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import hashlib
+import json
 import math
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, RunStatus
 
+from ..rules._errors import StoreRefused, StoreUnavailable
 from ..rules._registry import METHODS, OBJECTIVES
 from . import _client, _report
 from ._group import AttemptView
 from ._schema import ARMS, KIND_DECISION, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit, group_key
 
-__all__ = ["ARM_FIGURES", "decision_target", "figure_names", "reparent", "summary_metrics", "write_decision"]
+__all__ = ["ARM_FIGURES", "decision_key", "decision_target", "figure_names", "reparent", "summary_metrics",
+           "wait_for", "write_decision"]
 
 #: The per-arm figures every decision run logs, as ``<arm>_<figure>`` metrics.
 ARM_FIGURES = ("median_ms", "p95_ms", "failure_rate", "quality", "valid_runs", "failed_runs", "attempted_runs")
@@ -75,13 +81,13 @@ def summary_metrics(result: dict) -> dict[str, float]:
 
 
 def _params(result: dict) -> dict[str, str]:
-    params = {key: str(value) for key, value in result["thresholds"].items()}
+    params = {PARAM.of(key): str(value) for key, value in result["thresholds"].items()}
     if result.get("mode") == "non_regression":
         params[PARAM.MARGIN] = str(result.get("margin"))
     method = METHODS[result["method"]] if result.get("method") in METHODS else None
     for figure in method.figures if method else ():
         if not figure.metric_name and result.get(figure.name) is not None:
-            params[figure.name] = str(result[figure.name])  # a level, such as alpha at this look
+            params[PARAM.of(figure.name)] = str(result[figure.name])  # a level, such as alpha at this look
     params.update({
         PARAM.CHANGED_VARIABLE: _text(result["changed_variable"], MAX_PARAM_VALUE),
         PARAM.BASELINE_VALUE: _text(result["baseline_value"], MAX_PARAM_VALUE),
@@ -107,6 +113,8 @@ def _tags(result: dict, note: str) -> dict[str, str]:
         TAG.METHOD: result["method"],
         TAG.MODE: result["mode"],
         TAG.NOTE: _report.fit_note(note),
+        TAG.DECISION_KEY: result["decision_key"],
+        TAG.ATTEMPTS_JUDGED: str(len(result["run_ids"])),
     }
     for name in METHODS:
         if isinstance(result.get(name), dict) and "decision" in result[name]:
@@ -114,17 +122,70 @@ def _tags(result: dict, note: str) -> dict[str, str]:
     return tags
 
 
-def decision_target(parent, mlflow_client, experiment_id: str, group: str) -> tuple[str, bool]:
-    """(run id to write the decision on, whether it is a new run under which the attempts move)."""
+def decision_key(group: str, views: list[AttemptView], policy_options: dict, **context: Any) -> str:
+    """A digest of what a decision judged (each attempt and its state) and how (the policy, the look)."""
+    payload = {"group": group, "policy": policy_options, "context": context,
+               "attempts": sorted([v.attempt_id, v.state, v.deleted] for v in views)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+#: How long an evaluator that lost the race waits for the winner's decision run to be written.
+WAIT_FOR_WINNER_S = 120.0
+
+
+def decision_target(parent, mlflow_client, experiment_id: str, group: str, key: str) -> tuple[str, str]:
+    """Where this evaluator writes its decision, racing twins included: ``(run id, role)``.
+
+    ``role`` is ``"write"`` (this evaluator writes the run; ``write_new`` when it is a new run the
+    attempts move under) or ``"adopt"`` (a twin judging the same attempts won; its run is the
+    decision). An undecided comparison run is claimed with a param (MLflow refuses to change a
+    param's value, so only the first claim is taken); otherwise each evaluator creates a decision
+    run carrying ``key``, and the earliest run with that key wins: the others delete theirs.
+    """
+    if parent is not None and parent.data.tags.get(TAG.COMPARISON) == "true" and TAG.DECISION not in parent.data.tags:
+        claim = f"{key}:{uuid.uuid4().hex}"
+        try:
+            _client.retrying(lambda: mlflow_client.log_param(parent.info.run_id, PARAM.DECISION_CLAIM, claim))
+            return parent.info.run_id, "write"
+        except StoreRefused:
+            taken = _client.retrying(lambda: mlflow_client.get_run(parent.info.run_id)).data.params.get(
+                PARAM.DECISION_CLAIM, "")
+            if taken.split(":")[0] == key:
+                return parent.info.run_id, "adopt"
+            if not taken:
+                raise
+    tags = {TAG.KIND: KIND_DECISION, TAG.GROUP: group, TAG.GROUP_KEY: group_key(group), TAG.DECISION_KEY: key}
     if parent is not None and parent.data.tags.get(TAG.COMPARISON) == "true":
-        if TAG.DECISION not in parent.data.tags:
-            return parent.info.run_id, False
         # decided before: a new decision nests under the comparison, attempts stay put
-        run = _client.retrying(lambda: mlflow_client.create_run(
-            experiment_id, run_name="decision", tags={TAG.PARENT: parent.info.run_id}))
-        return run.info.run_id, False
-    run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, run_name=f"decision {group[:60]}"))
-    return run.info.run_id, True
+        tags[TAG.PARENT] = parent.info.run_id
+        run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, run_name="decision", tags=tags))
+        role = "write"
+    else:
+        run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, run_name=f"decision {group[:60]}",
+                                                                tags=tags))
+        role = "write_new"
+    twins = _client.search_all(mlflow_client, [experiment_id],
+                               f"tags.\"{TAG.DECISION_KEY}\" = '{key}'")
+    twins = [twin for twin in twins if twin.data.tags.get(TAG.GROUP) == group]
+    winner = min(twins, key=lambda twin: (twin.info.start_time or 0, twin.info.run_id), default=run)
+    if winner.info.run_id != run.info.run_id:
+        with contextlib.suppress(Exception):
+            mlflow_client.delete_run(run.info.run_id)
+        return winner.info.run_id, "adopt"
+    return run.info.run_id, role
+
+
+def wait_for(mlflow_client, run_id: str, *, timeout_s: float = WAIT_FOR_WINNER_S):
+    """The run, once its decision is written (a twin's), or :class:`StoreUnavailable` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = _client.retrying(lambda: mlflow_client.get_run(run_id))
+        if TAG.DECISION in run.data.tags and run.info.status != "RUNNING":
+            return run
+        if run.info.status in ("FAILED", "KILLED") or time.monotonic() > deadline:
+            raise StoreUnavailable(f"another evaluator of the same attempts is writing decision run {run_id}, "
+                                   f"which did not finish within {timeout_s:.0f} s; evaluate again")
+        time.sleep(0.2)
 
 
 def write_decision(mlflow_client, run_id: str, result: dict) -> str:
@@ -152,8 +213,26 @@ def write_decision(mlflow_client, run_id: str, result: dict) -> str:
     return note
 
 
+#: Re-parenting writes one tag per attempt; against a server they go this many at a time.
+REPARENT_THREADS = 8
+
+
 def reparent(mlflow_client, views: list[AttemptView], decision_run_id: str) -> None:
-    """Nest the judged attempts under the decision run (the UI shows them as its children)."""
-    for view in views:
-        if view.parent_run_id != decision_run_id:
-            _client.retrying(lambda: mlflow_client.set_tag(view.run_id, TAG.PARENT, decision_run_id))
+    """Nest the judged attempts under the decision run (the UI shows them as its children).
+
+    MLflow has no request that tags many runs: one ``set_tag`` per attempt, sent
+    :data:`REPARENT_THREADS` at a time (each is idempotent; a write that fails is raised).
+    """
+    moving = [view.run_id for view in views if view.parent_run_id != decision_run_id and not view.deleted]
+    if not moving:
+        return
+
+    def move(run_id: str) -> None:
+        _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.PARENT, decision_run_id))
+
+    if len(moving) < 4:
+        for run_id in moving:
+            move(run_id)
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=REPARENT_THREADS) as pool:
+        list(pool.map(move, moving))

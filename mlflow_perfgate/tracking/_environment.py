@@ -17,7 +17,8 @@ import subprocess
 
 from ._schema import TAG
 
-__all__ = ["fingerprint", "ENV_TAG_PREFIX", "env_from_tags", "compare_fingerprints", "ENV_MISMATCH_MODES"]
+__all__ = ["ENV_MISMATCH_MODES", "ENV_TAG_PREFIX", "compare_fingerprints", "env_from_tags", "fingerprint",
+           "process_alive", "process_identity"]
 
 ENV_TAG_PREFIX = TAG.ENV_PREFIX
 ENV_MISMATCH_MODES = ("fail", "warn", "ignore")
@@ -112,3 +113,42 @@ def compare_fingerprints(fingerprints: list[tuple[str, dict]], changed_variable:
         listed = ", ".join(f"{value!r} ({count} runs)" for value, count in sorted(seen.items()))
         mismatches.append(f"{key}: {listed}")
     return mismatches
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat``, field 22); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the fields after the command name, from field 3 (the state)
+    return None if fields[0] in ("Z", "X") else fields[19]  # a zombie has ended
+
+
+def process_identity(pid: int | None = None) -> str:
+    """Who is writing an attempt or a comparison: ``host|boot id|pid|start ticks`` (a PID reused later,
+    or after a reboot, does not match)."""
+    pid = os.getpid() if pid is None else pid
+    return "|".join([platform.node(), _boot_id(), str(pid), _start_ticks(pid) or "?"])
+
+
+def process_alive(identity: str) -> bool | None:
+    """Whether the process an identity names still runs: ``None`` when this host cannot tell
+    (another host, another boot, no ``/proc``)."""
+    try:
+        host, boot, pid, ticks = identity.split("|")
+        pid_number = int(pid)
+    except ValueError:
+        return None
+    if host != platform.node() or boot != _boot_id() or boot == "unknown" or ticks == "?":
+        return None
+    return _start_ticks(pid_number) == ticks

@@ -8,9 +8,9 @@ from typing import Any
 from .. import rules
 from ..rules._errors import InputError
 from . import _client, _journal, _report
-from ._decision_run import decision_target, reparent, write_decision
+from ._decision_run import decision_key, decision_target, reparent, wait_for, write_decision
 from ._environment import ENV_MISMATCH_MODES
-from ._group import AttemptView, group_filter, load_group
+from ._group import AttemptView, group_filter, load, load_group
 from ._judge import judge_views
 from ._schema import TAG
 
@@ -21,11 +21,18 @@ __all__ = ["AttemptView", "DEFAULT_STALE_AFTER_S", "evaluate_group", "group_filt
 DEFAULT_STALE_AFTER_S = 3600.0
 
 
-def _common_parent(views: list[AttemptView], mlflow_client):
-    parents = {v.parent_run_id for v in views}
-    if len(parents) == 1 and None not in parents:
-        return _client.retrying(lambda: mlflow_client.get_run(next(iter(parents))))
-    return None
+def _common_parent(views: list[AttemptView], mlflow_client, group: str, notes: list[str]):
+    """The comparison run every attempt nests under, if it is this group's (another group's is left alone)."""
+    parents = {v.parent_run_id for v in views if not v.deleted}
+    if len(parents) != 1 or None in parents:
+        return None
+    parent = _client.retrying(lambda: mlflow_client.get_run(next(iter(parents))))
+    other = parent.data.tags.get(TAG.GROUP)
+    if other is not None and other != group:
+        notes.append(f"the attempts nest under run {parent.info.run_id} of group {other!r}: the decision is not "
+                     "written onto it")
+        return None
+    return parent
 
 
 def evaluate_group(group: str, *, experiment_name: str | None = None,
@@ -96,47 +103,96 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         objective_given = True
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
-    views, duplicates = load_group(group, experiment_id, mlflow_client, stale_after_s=stale_after_s)
-    if not views:
+    found = load(group, experiment_id, mlflow_client, stale_after_s=stale_after_s)
+    if not found.attempts:
         raise InputError(f"no attempts of group {group!r} in experiment {experiment_id}")
-    parent = _common_parent(views, mlflow_client)
+    views = found.attempts + _missing_since(found, mlflow_client)
+    notes = _set_aside(views)
+    parent = _common_parent(views, mlflow_client, group, notes)
     if not objective_given and parent is not None and parent.data.tags.get(TAG.OBJECTIVE):
         policy = policy.replace(objective=parent.data.tags[TAG.OBJECTIVE])
     result, change = judge_views(views, policy, env_mismatch, look=look, max_looks=max_looks)
+    result["warnings"] = notes + result.get("warnings", [])
     waiting = _journal.pending(tracking_uri=mlflow_client.tracking_uri, group=group)
     if waiting:
         # Their outcomes (failures included) are unknown to MLflow: deciding now could drop
         # failed attempts from the denominator.
-        result.setdefault("warnings", []).append(
+        result["warnings"].append(
             f"{len(waiting)} attempts of this group wait in the journal {_journal.journal_path()}; "
             "run 'mlflow-perfgate sync', then evaluate again")
         if result["decision"] in ("accept", "reject"):
             result.update(decision="rerun", reason="attempts_not_synced")
+    result["warnings"] += [f"journal line skipped: {line}" for line in _journal.skipped_lines()[:5]]
     result.update(
         group=group, experiment_id=experiment_id, thresholds=policy.objective_thresholds(),
         objective=policy.objective, method=policy.method, mode=policy.mode,
         changed_variable=change.variable, baseline_value=change.baseline_value,
         candidate_value=change.candidate_value, run_ids=[v.run_id for v in views],
-        duplicate_run_ids=duplicates,
+        duplicate_run_ids=found.duplicates,
         attempts=[{**v.record(), "arm": v.arm, "state": v.state, "attempt_id": v.attempt_id,
-                   "start_time": v.start_time} for v in views],
+                   "start_time": v.start_time, "deleted": v.deleted} for v in views],
+        decision_key=decision_key(group, views, policy.options(), env_mismatch=env_mismatch, look=look,
+                                  max_looks=max_looks, waiting=len(waiting)),
     )
-    result.setdefault("warnings", [])
     result.setdefault("failed_checks", [])
     if dry_run:
         result.update(decision_run_id=None, decision_run_url=None, report=None)
         return result
-    decision_run_id, moves = decision_target(parent, mlflow_client, experiment_id, group)
+    same = [run for run in found.decisions if run.data.tags.get(TAG.DECISION_KEY) == result["decision_key"]]
+    if same:  # judged before, on exactly these attempts and this policy: the same decision run
+        decision_run_id, role = same[-1].info.run_id, "adopt"
+    else:
+        decision_run_id, role = decision_target(parent, mlflow_client, experiment_id, group, result["decision_key"])
     result["decision_run_id"] = decision_run_id
+    result["decision_run_url"] = _client.run_link(mlflow_client.tracking_uri, experiment_id, decision_run_id)
+    if role == "adopt":
+        wait_for(mlflow_client, decision_run_id)
+        result["report"] = _report.decision_markdown(result)
+        return result
     try:
         result["report"] = write_decision(mlflow_client, decision_run_id, result)
     except BaseException:
-        if decision_run_id != (parent.info.run_id if parent is not None else None):
+        if role == "write_new":
             with contextlib.suppress(Exception):  # no half-written decision run stays listed
                 mlflow_client.delete_run(decision_run_id)
         raise
-    result["decision_run_url"] = _client.run_link(mlflow_client.tracking_uri, experiment_id, decision_run_id)
-    if moves:
+    if role == "write_new":
         reparent(mlflow_client, views, decision_run_id)
     _report.write_step_summary(result["report"])
     return result
+
+
+def _set_aside(views: list[AttemptView]) -> list[str]:
+    """Warnings for attempts deleted in the UI: they still count, so that no failure drops out unseen."""
+    deleted = [v for v in views if v.deleted]
+    if not deleted:
+        return []
+    listed = ", ".join(f"{v.run_id} ({v.arm}, {'ok' if v.state == 'ok' else v.failure})" for v in deleted[:10])
+    return [f"{len(deleted)} attempts of this group were deleted and still count, so that no failure leaves the "
+            f"denominator unseen: {listed}; restore them, or exclude one with 'mlflow-perfgate forget' and a reason"]
+
+
+def _missing_since(found, mlflow_client) -> list[AttemptView]:
+    """Attempts an earlier decision judged that the store no longer holds (purged): judged as recorded then."""
+    if not found.decisions:
+        return []
+    latest = found.decisions[0]
+    try:
+        judged = int(latest.data.tags.get(TAG.ATTEMPTS_JUDGED, "0"))
+    except ValueError:
+        return []
+    before = [v for v in found.attempts if v.start_time <= (latest.info.start_time or 0)]
+    if judged <= len(before):
+        return []  # every attempt it judged is still here (deleted ones included)
+    present = {v.attempt_id for v in found.attempts}
+    missing = []
+    for attempt in _report.read_decision(latest.info.run_id).get("attempts", []):
+        if attempt.get("attempt_id") in present or attempt.get("state") == "running":
+            continue
+        ok = bool(attempt.get("ok"))
+        missing.append(AttemptView(
+            run_id=attempt.get("run_id") or attempt["attempt_id"], arm=attempt["arm"], attempt_id=attempt["attempt_id"],
+            state="ok" if ok else "failed", start_time=attempt.get("start_time") or 0, status="DELETED", params={},
+            latency_ms=attempt.get("latency_ms") if ok else None, quality=attempt.get("quality") if ok else None,
+            failure=None if ok else (attempt.get("failure") or "unspecified"), deleted=True))
+    return missing

@@ -7,11 +7,14 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from mlflow.entities import ViewType
+
 from ..rules._errors import InputError
 from . import _client
-from ._schema import ARMS, KIND_ATTEMPT, METRIC, TAG, group_key
+from ._environment import process_alive
+from ._schema import ARMS, KIND_ATTEMPT, KIND_COMPARISON, KIND_DECISION, METRIC, TAG, group_key
 
-__all__ = ["AttemptView", "group_filter", "load_group"]
+__all__ = ["AttemptView", "Group", "attempt_state", "group_filter", "load", "load_group"]
 
 # MLflow stores +/-infinity as +/-1.7976931348623157e308.
 _MLFLOW_INFINITY = 1.7976931348623157e308
@@ -74,14 +77,19 @@ class AttemptView:
     metrics: dict = field(default_factory=dict)
     tags: dict = field(default_factory=dict)
     parent_run_id: str | None = None
+    deleted: bool = False
 
     def record(self, metrics: tuple[str, ...] = ()) -> dict:
         """The specification's attempt record, with those of ``metrics`` the run holds when it is ok."""
         if self.state == "ok":
             record = {"ok": True, "latency_ms": self.latency_ms, "quality": self.quality, "run_id": self.run_id}
             record.update((key, self.metrics[key]) for key in metrics if key in self.metrics)
-            return record
-        return {"ok": False, "failure": self.failure, "run_id": self.run_id}
+        else:
+            record = {"ok": False, "failure": self.failure, "run_id": self.run_id}
+        pair = self.tags.get(TAG.PAIR, "")
+        if pair.isdigit():
+            record["pair"] = int(pair)
+        return record
 
 
 def _finite_metric(run, key: str) -> float | None:
@@ -116,8 +124,8 @@ def _view(run, now_ms: int, stale_after_s: float) -> AttemptView:
             "first_failure": tags.get(TAG.FIRST_FAILURE) or None,
             "reproducible": tags.get(TAG.REPRODUCIBLE) == "true",
         }
-    ok_tag = tags.get(TAG.OK)
-    if ok_tag == "true":
+    view.state, view.failure = attempt_state(tags, info.status, view.start_time, now_ms, stale_after_s)
+    if view.state == "ok":
         view.latency_ms = _finite_metric(run, METRIC.LATENCY)
         view.quality = _finite_metric(run, METRIC.QUALITY)
         if view.latency_ms is None or view.quality is None or view.latency_ms <= 0:
@@ -125,42 +133,81 @@ def _view(run, now_ms: int, stale_after_s: float) -> AttemptView:
                 f"run {info.run_id} says {TAG.OK}=true but lacks a positive {METRIC.LATENCY} or a "
                 f"{METRIC.QUALITY}; log it again with mlflow_perfgate.log_attempt"
             )
-        view.state = "ok"
-    elif ok_tag == "false":
-        view.state, view.failure = "failed", tags.get(TAG.FAILURE) or "unspecified"
-    elif info.status in ("FAILED", "KILLED"):
-        view.state = "crashed"
-        view.failure = tags.get(TAG.FAILURE) or f"crashed: run ended {info.status} without reporting"
-    elif info.status == "FINISHED":
-        view.state, view.failure = "crashed", "no_result: run FINISHED without reporting"
-    else:
-        age_s = (now_ms - view.start_time) / 1000
-        if age_s > stale_after_s:
-            view.state = "stale"
-            view.failure = f"stale: {info.status} for {age_s:.0f} s (limit {stale_after_s:.0f} s)"
-        else:
-            view.state = "running"
     return view
 
 
-def _preference(view: AttemptView) -> tuple:
-    # Among runs of one attempt_id (a retried write), keep the most complete one.
-    rank = {"ok": 0, "failed": 0, "crashed": 1, "stale": 2, "running": 2}[view.state]
-    return (rank, view.start_time, view.run_id)
+def attempt_state(tags: dict, status: str, start_time: int, now_ms: int, stale_after_s: float) -> tuple[str, str | None]:
+    """What an attempt run is, whatever its run status says: the one rule of the evaluator, ``reap`` and ``sync``.
 
-
-def load_group(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float,
-               kind: str = KIND_ATTEMPT) -> tuple[list[AttemptView], list[str]]:
-    """The group's attempts (one paginated search), deduplicated by attempt_id.
+    - ``excluded``: ``forget`` took it out (``perfgate.excluded=true``); it is not judged.
+    - ``ok`` / ``failed``: its outcome was written (``perfgate.ok``), even if the run was never
+      terminated (its writer was killed between the two requests): the outcome counts.
+    - ``crashed``: it ended FAILED, KILLED or FINISHED without an outcome, or it is RUNNING and
+      the process that ran it is gone (``supervisor_died``, known on the host that ran it).
+    - ``stale``: RUNNING without an outcome for longer than ``stale_after_s``.
+    - ``running``: RUNNING, younger, its process alive or unknown: the answer waits for it.
 
     Returns:
-        The attempts, oldest first, and the run ids dropped as duplicates of a retried write.
+        ``(state, failure reason or None)``.
     """
-    runs = _client.search_all(mlflow_client, [experiment_id], group_filter(group))
+    if tags.get(TAG.EXCLUDED) == "true":
+        return "excluded", tags.get(TAG.EXCLUDED_REASON) or "excluded"
+    ok_tag = tags.get(TAG.OK)
+    if ok_tag == "true":
+        return "ok", None
+    if ok_tag == "false":
+        return "failed", tags.get(TAG.FAILURE) or "unspecified"
+    if status in ("FAILED", "KILLED"):
+        return "crashed", tags.get(TAG.FAILURE) or f"crashed: run ended {status} without reporting"
+    if status == "FINISHED":
+        return "crashed", "no_result: run FINISHED without reporting"
+    supervisor = tags.get(TAG.SUPERVISOR)
+    if supervisor and process_alive(supervisor) is False:
+        return "crashed", "supervisor_died: the process running this attempt ended before its outcome was written"
+    age_s = (now_ms - (start_time or now_ms)) / 1000
+    if age_s > stale_after_s:
+        return "stale", f"stale: {status} for {age_s:.0f} s (limit {stale_after_s:.0f} s)"
+    return "running", None
+
+
+def _preference(view: AttemptView) -> tuple:
+    # Among runs of one attempt_id (a retried write), keep the most complete one, an active one first.
+    rank = {"excluded": 0, "ok": 0, "failed": 0, "crashed": 1, "stale": 2, "running": 2}[view.state]
+    return (view.deleted, rank, view.start_time, view.run_id)
+
+
+@dataclass
+class Group:
+    """What one search finds of a group: its attempts, the group's decision runs, what was set aside.
+
+    Attributes:
+        attempts: one view per attempt (de-duplicated by ``attempt_id``), oldest first; attempts
+            deleted in the UI are kept (``deleted``): they still count.
+        duplicates: run ids dropped as duplicates of a retried write.
+        decisions: the group's decision runs, and its comparison runs that carry a decision,
+            newest first (MLflow ``Run`` objects).
+    """
+
+    attempts: list[AttemptView]
+    duplicates: list[str]
+    decisions: list
+
+
+def load(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float) -> Group:
+    """The group's runs in one paginated search (deleted ones too), sorted into a :class:`Group`."""
+    runs = _client.search_all(mlflow_client, [experiment_id], group_filter(group), view=ViewType.ALL)
     now_ms = int(time.time() * 1000)
     # The filter may match more than the exact name on a case-insensitive database: compare here.
-    views = [_view(run, now_ms, stale_after_s) for run in runs
-             if run.data.tags.get(TAG.GROUP) == group and run.data.tags.get(TAG.KIND) == kind]
+    mine = [run for run in runs if run.data.tags.get(TAG.GROUP) == group]
+    views = []
+    for run in mine:
+        if run.data.tags.get(TAG.KIND) == KIND_ATTEMPT:
+            view = _view(run, now_ms, stale_after_s)
+            view.deleted = run.info.lifecycle_stage == "deleted"
+            views.append(view)
+    decisions = [run for run in mine if run.info.lifecycle_stage != "deleted" and TAG.DECISION in run.data.tags
+                 and run.data.tags.get(TAG.KIND) in (KIND_DECISION, KIND_COMPARISON)]
+    decisions.sort(key=lambda run: (run.info.start_time or 0, run.info.run_id), reverse=True)
     by_attempt: dict[str, list[AttemptView]] = {}
     for view in views:
         by_attempt.setdefault(view.attempt_id, []).append(view)
@@ -170,4 +217,14 @@ def load_group(group: str, experiment_id: str, mlflow_client, *, stale_after_s: 
         kept.append(same[0])
         duplicates.extend(v.run_id for v in same[1:])
     kept.sort(key=lambda v: (v.start_time, v.run_id))
-    return kept, duplicates
+    return Group(kept, duplicates, decisions)
+
+
+def load_group(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float) -> tuple[list[AttemptView], list[str]]:
+    """The group's attempts (one paginated search), deduplicated by attempt_id.
+
+    Returns:
+        The attempts, oldest first, and the run ids dropped as duplicates of a retried write.
+    """
+    found = load(group, experiment_id, mlflow_client, stale_after_s=stale_after_s)
+    return found.attempts, found.duplicates

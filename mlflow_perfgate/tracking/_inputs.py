@@ -25,6 +25,8 @@ from ._schema import (
     MAX_PARAM_VALUE,
     MAX_TAG_VALUE,
     METRIC,
+    RESERVED_METRICS,
+    RESERVED_PREFIXES,
     TAG,
     canonical_conditions,
     fit,
@@ -110,6 +112,7 @@ def _check_params(conditions: dict) -> dict[str, str]:
         raise InputError("conditions must name at least one condition (model, batch_size, ...)")
     for key, value in params.items():
         _check_key(key, "condition")
+        _reserved(key, "condition")
         _check_text(value, f"condition {key!r}", MAX_PARAM_VALUE)
     return params
 
@@ -156,8 +159,15 @@ class _Result:
         return {TAG.OK: "true" if self.ok else "false", **self.tags}
 
 
+def _reserved(key: str, what: str) -> None:
+    if key.startswith(RESERVED_PREFIXES):
+        raise InputError(f"{what} {key!r} is reserved: keys starting with {' or '.join(RESERVED_PREFIXES)} are "
+                         "written by mlflow-perfgate and MLflow themselves; choose another name")
+
+
 def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, validity: Any,
-                  metrics: dict | None, step_times_ms: Any, tags: dict | None) -> _Result:
+                  metrics: dict | None, step_times_ms: Any, tags: dict | None, failure_detail: Any = None,
+                  mem_status: Any = None) -> _Result:
     if type(ok) is not bool:
         raise InputError(f"ok must be True or False, got {ok!r}")
     result = _Result(ok=ok)
@@ -174,15 +184,29 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
         result.metrics[METRIC.LATENCY] = _real(latency_ms, "latency_ms", positive=True)
     if quality is not None:
         result.metrics[METRIC.QUALITY] = _real(quality, "quality")
+    if metrics is not None and not isinstance(metrics, dict):
+        raise InputError(f"metrics must be a dict, got {type(metrics).__name__}")
     for key, value in (metrics or {}).items():
         _check_key(key, "metric")
+        if key in RESERVED_METRICS:
+            raise InputError(f"metric {key!r} is the attempt's own field; pass it as {key}=... (step_times_ms "
+                             "for the step history), not among the extra metrics")
         result.metrics[key] = _real(value, f"metric {key!r}")
     if step_times_ms is not None:
         result.step_times_ms = [_real(v, "step_times_ms", positive=True) for v in step_times_ms]
     result.tags.update(_validity_tags(validity))
+    if tags is not None and not isinstance(tags, dict):
+        raise InputError(f"tags must be a dict, got {type(tags).__name__}")
     for key, value in (tags or {}).items():
         _check_key(key, "tag")
+        _reserved(key, "tag")
         result.tags[key] = _check_text(value, f"tag {key!r}", MAX_TAG_VALUE)
+    if failure_detail is not None:  # our own text (a traceback, a child's log): shortened, marked
+        result.tags[TAG.FAILURE_DETAIL] = clip(_check_text(str(failure_detail), "failure_detail", 10**9))
+    if mem_status is not None:
+        if mem_status not in ("measured", "estimated"):
+            raise InputError(f"mem_status must be 'measured' or 'estimated', got {mem_status!r}")
+        result.tags[TAG.MEM_STATUS] = mem_status
     return result
 
 
@@ -198,7 +222,7 @@ def _env_tags(environment: dict | None) -> dict[str, str]:
 
 
 def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: str | None,
-                   environment: dict | None = None) -> dict:
+                   environment: dict | None = None, pair: int | None = None) -> dict:
     if attempt_id is None:
         attempt_id = uuid.uuid4().hex
     _check_text(attempt_id, "attempt_id", MAX_TAG_VALUE)
@@ -216,6 +240,10 @@ def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: 
         if not isinstance(parent_run_id, str) or not parent_run_id.strip():
             raise InputError(f"parent_run_id must be a run id string, got {parent_run_id!r}")
         tags[TAG.PARENT] = parent_run_id
+    if pair is not None:
+        if type(pair) is not int or pair < 0:
+            raise InputError(f"pair must be an integer >= 0 (the attempt's ABBA round), got {pair!r}")
+        tags[TAG.PAIR] = str(pair)
     return tags
 
 
@@ -259,7 +287,8 @@ class CheckedAttempt:
 def check_attempt(group: Any, arm: Any, conditions: Any, *, latency_ms: Any = None, quality: Any = None,
                   ok: Any = True, failure: Any = None, validity: Any = None, experiment_name: Any = None,
                   parent_run_id: Any = None, attempt_id: Any = None, metrics: Any = None, step_times_ms: Any = None,
-                  tags: Any = None, environment: Any = None) -> CheckedAttempt:
+                  tags: Any = None, environment: Any = None, failure_detail: Any = None,
+                  mem_status: Any = None, pair: Any = None) -> CheckedAttempt:
     """Check every field of an attempt (the arguments of ``log_attempt``) without touching a store.
 
     Raises:
@@ -268,6 +297,7 @@ def check_attempt(group: Any, arm: Any, conditions: Any, *, latency_ms: Any = No
     group, arm = _check_group(group), _check_arm(arm)
     params = _check_params(conditions)
     result = _check_result(ok=ok, latency_ms=latency_ms, quality=quality, failure=failure, validity=validity,
-                           metrics=metrics, step_times_ms=step_times_ms, tags=tags)
-    created = _creation_tags(group, arm, attempt_id, parent_run_id, environment)
+                           metrics=metrics, step_times_ms=step_times_ms, tags=tags, failure_detail=failure_detail,
+                           mem_status=mem_status)
+    created = _creation_tags(group, arm, attempt_id, parent_run_id, environment, pair)
     return CheckedAttempt(group, arm, params, result, created, _check_experiment_name(experiment_name))

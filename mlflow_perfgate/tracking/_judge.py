@@ -78,6 +78,10 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
         SingleVariableError: the arms break the single-variable rule (unless blocked first).
         EnvironmentMismatch: the fingerprints differ and ``env_mismatch`` is ``fail``.
     """
+    excluded = [v for v in views if v.state == "excluded"]
+    views = [v for v in views if v.state != "excluded"]
+    notes = [f"{len(excluded)} attempts excluded by 'forget' are not judged: "
+             + ", ".join(f"{v.run_id} ({v.failure})" for v in excluded[:10])] if excluded else []
     judged = records(views)
     invalid = [v for v in views if v.validity and not v.validity["run_valid"]]
     if invalid:
@@ -90,10 +94,11 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
             **_summaries(judged), "decision": "blocked_by_correctness", "reason": "run_invalid",
             "issues": sorted({issue for v in invalid for issue in v.validity["issues"]}),
             "first_failure": first.validity["first_failure"], "reproducible": first.validity["reproducible"],
-            "invalid_runs": [v.run_id for v in invalid], "failed_checks": ["run_valid"],
+            "invalid_runs": [v.run_id for v in invalid], "failed_checks": ["run_valid"], "warnings": notes,
+            "excluded_runs": [v.run_id for v in excluded],
         }, change
     change = changed_variable(views)
-    warnings = []
+    warnings = list(notes)
     mismatches = compare_fingerprints([(v.run_id, env_from_tags(v.tags)) for v in views], change.variable)
     if mismatches and env_mismatch == "fail":
         raise EnvironmentMismatch(
@@ -104,7 +109,8 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
     running = [v.run_id for v in views if v.state == "running"]
     if running:
         return {**_summaries(judged), "decision": "rerun", "reason": "attempts_in_progress",
-                "running_runs": running, "failed_checks": [], "warnings": warnings}, change
+                "running_runs": running, "failed_checks": [], "warnings": warnings,
+                "excluded_runs": [v.run_id for v in excluded]}, change
     decision = rules.judge(judged["baseline"], judged["candidate"], policy, look=look, max_looks=max_looks)
     result = decision.to_dict()
     flagged = {arm: [judged[arm][index] for index in indices] for arm, indices in result["contention"].items()}
@@ -113,6 +119,7 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
                      "outside its arm's spread; it stays in every count" for record in attempts]
     result["contention_runs"] = {arm: [record["run_id"] for record in attempts] for arm, attempts in flagged.items()}
     result["warnings"] = warnings
+    result["excluded_runs"] = [v.run_id for v in excluded]
     result.setdefault("failed_checks", [])
     return result, change
 

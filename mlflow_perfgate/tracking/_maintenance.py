@@ -7,13 +7,14 @@ import time
 
 from mlflow.entities import RunStatus, ViewType
 
-from ..rules._errors import InputError
+from ..rules._errors import InputError, StoreRefused
 from . import _client, _journal
 from ._attempts import _experiment_env, clip, write_payload
-from ._group import group_filter
-from ._schema import KIND_ATTEMPT, TAG
+from ._environment import process_alive
+from ._group import attempt_state, group_filter
+from ._schema import KIND_ATTEMPT, KIND_COMPARISON, TAG
 
-__all__ = ["sync", "reap", "parse_duration"]
+__all__ = ["forget", "parse_duration", "reap", "sync"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -27,65 +28,148 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def sync() -> dict:
-    """Send every journaled attempt of the current tracking URI that MLflow does not hold yet.
+class SyncCounts(dict):
+    """What :func:`sync` did: a dict of counts, with the lines it could not read beside them."""
 
-    Idempotent: an attempt whose ``attempt_id`` is already in MLflow with a reported outcome is
-    only marked synced. One search per group finds what is there.
+    in_flight: int = 0
+    skipped_lines: list
+
+
+def sync() -> dict:
+    """Send every journaled attempt of the current tracking location that MLflow does not hold yet.
+
+    Idempotent: an attempt whose ``attempt_id`` MLflow already holds with its outcome written
+    is only marked synced (the evaluator's rule, :func:`attempt_state`); one that MLflow holds as
+    started, without its outcome, gets the outcome written onto that run. An attempt journaled
+    only as started, whose process is gone, is written as failed (``supervisor_died``). One search
+    per group finds what is there.
 
     Returns:
-        ``{"sent": n, "already_present": n, "pending_before": n}``.
+        ``{"sent": n, "already_present": n, "pending_before": n}``, with the attributes
+        ``in_flight`` (started attempts left pending: still running, or run on another host) and
+        ``skipped_lines`` (journal lines that could not be read, each ``path:line: why``).
     """
     mlflow_client = _client.client()
     entries = _journal.pending(tracking_uri=mlflow_client.tracking_uri)
-    counts = {"pending_before": len(entries), "sent": 0, "already_present": 0}
-    present: dict[tuple, set] = {}
+    counts = SyncCounts(pending_before=len(entries), sent=0, already_present=0)
+    counts.skipped_lines = _journal.skipped_lines()
+    held: dict[tuple, dict] = {}
     for entry in entries:
+        if entry.get("type") == "started":
+            supervisor = entry["creation_tags"].get(TAG.SUPERVISOR, "")
+            if process_alive(supervisor) is not False:
+                counts.in_flight += 1  # still running, or this host cannot tell: leave it pending
+                continue
+            entry = {**entry, "ok": False, "metrics": {}, "step_times_ms": [],
+                     "tags": {TAG.FAILURE: "supervisor_died: the process running this attempt ended before its "
+                                           "outcome was written"}}
         with _experiment_env(entry.get("experiment_env") or {}):
             experiment_id = _client.resolve_experiment(mlflow_client, entry["experiment_name"], create=True)
         key = (experiment_id, entry["group"])
-        if key not in present:
+        if key not in held:
             runs = _client.search_all(mlflow_client, [experiment_id], group_filter(entry["group"]),
                                       view=ViewType.ALL)
-            present[key] = {run.data.tags.get(TAG.ATTEMPT_ID) for run in runs
-                            if run.data.tags.get(TAG.GROUP) == entry["group"] and TAG.OK in run.data.tags}
-        if entry["attempt_id"] in present[key]:
+            held[key] = {run.data.tags.get(TAG.ATTEMPT_ID): run for run in runs
+                         if run.data.tags.get(TAG.GROUP) == entry["group"]}
+        run = held[key].get(entry["attempt_id"])
+        if run is not None and TAG.OK in run.data.tags:  # its outcome is written: it is there
             counts["already_present"] += 1
-            _journal.mark_synced(entry["attempt_id"], "already-present")
+            _journal.mark_synced(entry["attempt_id"], run.info.run_id)
             continue
-        run_id = write_payload(mlflow_client, entry)
-        present[key].add(entry["attempt_id"])
+        started = run.info.run_id if run is not None and run.info.status == "RUNNING" else None
+        run_id = write_payload(mlflow_client, entry, started)
         _journal.mark_synced(entry["attempt_id"], run_id)
         counts["sent"] += 1
     return counts
 
 
 def reap(older_than_s: float, *, experiment_name: str | None = None, group: str | None = None) -> list[str]:
-    """Mark attempts still RUNNING longer than ``older_than_s`` as KILLED, with the reason as
-    ``perfgate.failure``, so the UI shows what the evaluator counts (a failed attempt).
+    """End the runs left RUNNING by a process that is gone, so the UI shows what the evaluator counts.
+
+    One search for RUNNING runs (of the group, or of the experiment), then by the evaluator's
+    rule (:func:`attempt_state`):
+
+    - an attempt whose outcome was written but whose run was never terminated ends FINISHED
+      (ok) or FAILED (not ok), as its outcome says;
+    - an attempt without an outcome, older than ``older_than_s`` or whose process is known to be
+      gone (``supervisor_died``), ends KILLED with the reason as ``perfgate.failure``;
+    - a comparison run left RUNNING by a killed ``compare``, older than ``older_than_s`` or
+      whose process is gone, ends KILLED with the reason as ``perfgate.end_reason``.
 
     Returns:
         The reaped run ids.
     """
-    if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or older_than_s <= 0:
+    if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s > 0:
         raise InputError(f"older_than_s must be a number > 0, got {older_than_s!r}")
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
-    filter_string = group_filter(group) if group is not None else f"tags.\"{TAG.KIND}\" = '{KIND_ATTEMPT}'"
+    running = "attributes.status = 'RUNNING'"
+    filter_string = f"{group_filter(group)} AND {running}" if group is not None else running
     runs = _client.search_all(mlflow_client, [experiment_id], filter_string)
     now_ms = int(time.time() * 1000)
     reaped = []
     for run in runs:
-        tags = run.data.tags
-        if tags.get(TAG.KIND) != KIND_ATTEMPT or run.info.status not in ("RUNNING", "SCHEDULED"):
-            continue
+        tags, run_id = run.data.tags, run.info.run_id
         if group is not None and tags.get(TAG.GROUP) != group:
             continue
-        age_s = (now_ms - (run.info.start_time or now_ms)) / 1000
-        if age_s <= older_than_s:
+        kind = tags.get(TAG.KIND)
+        if kind == KIND_ATTEMPT:
+            state, failure = attempt_state(tags, run.info.status, run.info.start_time, now_ms, older_than_s)
+            if state == "running":
+                continue
+            if state in ("ok", "failed"):
+                status = RunStatus.FINISHED if state == "ok" else RunStatus.FAILED
+            else:
+                status = RunStatus.KILLED
+                reason = failure if state == "crashed" else failure.replace("stale:", "reaped:", 1)
+                _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.FAILURE, clip(reason)))
+        elif kind == KIND_COMPARISON and TAG.DECISION not in tags:
+            alive = process_alive(tags.get(TAG.SUPERVISOR, ""))
+            age_s = (now_ms - (run.info.start_time or now_ms)) / 1000
+            if alive is False:
+                reason = "supervisor_died: the compare that ran it ended before its decision"
+            elif age_s > older_than_s:
+                reason = f"reaped: RUNNING for {age_s:.0f} s (limit {older_than_s:.0f} s) without a decision"
+            else:
+                continue
+            status = RunStatus.KILLED
+            _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.END_REASON, reason))
+        else:
             continue
-        reason = clip(f"reaped: {run.info.status} for {age_s:.0f} s (limit {older_than_s:.0f} s); its process is gone or hung")
-        _client.retrying(lambda: mlflow_client.set_tag(run.info.run_id, TAG.FAILURE, reason))
-        _client.retrying(lambda: mlflow_client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.KILLED)))
-        reaped.append(run.info.run_id)
+        _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(status)))
+        reaped.append(run_id)
     return reaped
+
+
+def forget(group: str, run_ids: list[str], reason: str) -> list[str]:
+    """Exclude mistaken attempts from a group's decisions, with a reason; nothing is deleted.
+
+    Each run must be an attempt of ``group``; it gets ``perfgate.excluded=true`` and the reason
+    (``perfgate.excluded_reason``). The evaluator then leaves it out of every count and says how
+    many it excluded; removing the two tags brings it back.
+
+    Returns:
+        The run ids excluded.
+
+    Raises:
+        InputError: no run ids, an empty reason, or a run that is not an attempt of the group
+            (nothing is written then).
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise InputError("forget needs a reason (what was mistaken about the attempt)")
+    if not run_ids:
+        raise InputError("forget needs at least one --run-id")
+    mlflow_client = _client.client()
+    runs = []
+    for run_id in dict.fromkeys(run_ids):
+        try:
+            run = _client.retrying(lambda: mlflow_client.get_run(run_id))
+        except StoreRefused:
+            raise InputError(f"run {run_id!r} does not exist in this tracking store") from None
+        if run.data.tags.get(TAG.KIND) != KIND_ATTEMPT or run.data.tags.get(TAG.GROUP) != group:
+            raise InputError(f"run {run_id!r} is not an attempt of group {group!r}")
+        runs.append(run)
+    for run in runs:
+        _client.log_batch(mlflow_client, run.info.run_id,
+                          tags={TAG.EXCLUDED: "true", TAG.EXCLUDED_REASON: clip(f"forgotten: {reason.strip()}")})
+    return [run.info.run_id for run in runs]

@@ -58,9 +58,10 @@ def decisions(experiment_name: str | None = None, group: str | None = None) -> p
             "objective": tags.get(TAG.OBJECTIVE, "latency"),
             "method": tags.get(TAG.METHOD, "seed"),
             "mode": tags.get(TAG.MODE, "improvement"),
-            "changed_variable": params.get(PARAM.CHANGED_VARIABLE) or None,
-            "baseline_value": params.get(PARAM.BASELINE_VALUE) or None,
-            "candidate_value": params.get(PARAM.CANDIDATE_VALUE) or None,
+            # the first release wrote these params without the perfgate. namespace
+            "changed_variable": params.get(PARAM.CHANGED_VARIABLE) or params.get("changed_variable") or None,
+            "baseline_value": params.get(PARAM.BASELINE_VALUE) or params.get("baseline_value") or None,
+            "candidate_value": params.get(PARAM.CANDIDATE_VALUE) or params.get("candidate_value") or None,
             **{name: metrics.get(name, float("nan")) for name in figures},
             "run_id": run.info.run_id,
             "experiment_id": run.info.experiment_id,

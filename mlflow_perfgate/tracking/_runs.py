@@ -11,6 +11,7 @@ from mlflow.entities import Metric, RunStatus
 
 from ..rules._errors import InputError
 from . import _client
+from ._environment import process_identity
 from ._schema import (
     KIND_COMPARISON,
     KIND_DIAGNOSIS,
@@ -22,7 +23,7 @@ from ._schema import (
     group_key,
 )
 
-__all__ = ["end_run", "log_diagnosis", "run_url", "start_comparison"]
+__all__ = ["end_run", "group_state", "log_diagnosis", "run_url", "start_comparison"]
 
 
 def start_comparison(group: str, conditions: dict, changed_variable: str, *, objective: str = "latency",
@@ -40,6 +41,7 @@ def start_comparison(group: str, conditions: dict, changed_variable: str, *, obj
     tags = {
         TAG.KIND: KIND_COMPARISON, TAG.COMPARISON: "true", TAG.GROUP: group, TAG.GROUP_KEY: group_key(group),
         TAG.OBJECTIVE: objective, TAG.CHANGED_VARIABLE: changed_variable,
+        TAG.SUPERVISOR: process_identity(),
         **({TAG.WORKLOAD: workload} if workload else {}),
         **({TAG.PARENT: parent_run_id} if parent_run_id else {}),
     }
@@ -50,9 +52,11 @@ def start_comparison(group: str, conditions: dict, changed_variable: str, *, obj
     return run.info.run_id
 
 
-def end_run(run_id: str, status: str = "FINISHED") -> None:
-    """Terminate a run we created (``FINISHED``, ``FAILED`` or ``KILLED``)."""
+def end_run(run_id: str, status: str = "FINISHED", *, reason: str | None = None) -> None:
+    """Terminate a run we created (``FINISHED``, ``FAILED`` or ``KILLED``), saying why when it ended early."""
     mlflow_client = _client.client()
+    if reason:
+        _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.END_REASON, fit(reason, MAX_TAG_VALUE)))
     _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.from_string(status))))
 
 
@@ -132,3 +136,24 @@ def run_url(run_id: str) -> str:
     mlflow_client = _client.client()
     run = _client.retrying(lambda: mlflow_client.get_run(run_id))
     return _client.run_link(mlflow_client.tracking_uri, run.info.experiment_id, run_id)
+
+
+def group_state(group: str, *, experiment_name: str | None = None) -> dict:
+    """What a group holds already (one search): before ``compare`` adds to it.
+
+    Returns:
+        ``attempts`` (how many), ``comparison_run_id`` (the comparison its attempts nest under,
+        or ``None``), ``next_pair`` (the next free ABBA round).
+    """
+    from ._group import load
+
+    mlflow_client = _client.client()
+    try:
+        experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
+    except InputError:
+        return {"attempts": 0, "comparison_run_id": None, "next_pair": 0}
+    found = load(group, experiment_id, mlflow_client, stale_after_s=float("inf"))
+    parents = {view.parent_run_id for view in found.attempts if view.parent_run_id}
+    pairs = [int(view.tags[TAG.PAIR]) for view in found.attempts if view.tags.get(TAG.PAIR, "").isdigit()]
+    return {"attempts": len(found.attempts), "comparison_run_id": next(iter(parents)) if len(parents) == 1 else None,
+            "next_pair": max(pairs) + 1 if pairs else 0}

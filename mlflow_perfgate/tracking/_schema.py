@@ -27,6 +27,8 @@ __all__ = [
     "DECISION_FORMAT",
     "JOURNAL_FORMAT",
     "PARAM",
+    "RESERVED_METRICS",
+    "RESERVED_PREFIXES",
     "TRUNCATION_MARKER",
     "arm_metric",
     "fit",
@@ -92,6 +94,20 @@ class TAG:
     PLAN_ACTION = "perfgate.plan_action"
     #: "true" on a run created by ``compare``: the decision is written onto it.
     COMPARISON = "perfgate.comparison"
+    #: An attempt's ABBA round in its comparison (an int): the paired method pairs the arms by it.
+    PAIR = "perfgate.pair"
+    #: ``host|boot id|pid|start ticks`` of the process that runs an attempt or a comparison.
+    SUPERVISOR = "perfgate.supervisor"
+    #: On a decision run: a digest of the attempts judged and the policy; racing evaluators of the
+    #: same attempts converge on the decision run that carries it first.
+    DECISION_KEY = "perfgate.decision_key"
+    #: On a decision run: how many attempts it judged (their ids are in ``decision.json``).
+    ATTEMPTS_JUDGED = "perfgate.attempts_judged"
+    #: On an attempt: "true" when ``forget`` excluded it (a mistaken attempt), with the reason.
+    EXCLUDED = "perfgate.excluded"
+    EXCLUDED_REASON = "perfgate.excluded_reason"
+    #: On a comparison run: why it ended before its decision (KILLED).
+    END_REASON = "perfgate.end_reason"
     #: prefix of the environment fingerprint's tags (``perfgate.env.<key>``)
     ENV_PREFIX = "perfgate.env."
     PARENT = "mlflow.parentRunId"
@@ -116,14 +132,32 @@ class METRIC:
 
 
 class PARAM:
-    """Param keys of a decision run beyond its thresholds (which carry their settings' names)."""
+    """Param keys of a decision run, in their own ``perfgate.`` namespace.
 
-    CHANGED_VARIABLE = "changed_variable"
-    BASELINE_VALUE = "baseline_value"
-    CANDIDATE_VALUE = "candidate_value"
-    MARGIN = "margin"
-    ALPHA = "alpha"
-    CONFIDENCE = "confidence"
+    A comparison run's params are the baseline's conditions and its decision is written onto
+    it: a condition named ``alpha`` or ``changed_variable`` must not collide with the decision's.
+    Thresholds are ``perfgate.<setting name>`` (:meth:`of`).
+    """
+
+    PREFIX = "perfgate."
+    CHANGED_VARIABLE = "perfgate.changed_variable"
+    BASELINE_VALUE = "perfgate.baseline_value"
+    CANDIDATE_VALUE = "perfgate.candidate_value"
+    MARGIN = "perfgate.margin"
+    #: On a comparison run: the evaluator that claimed it for its decision (a param, so only the first
+    #: claim is taken: MLflow refuses to change a param's value).
+    DECISION_CLAIM = "perfgate.decision_claim"
+
+    @staticmethod
+    def of(name: str) -> str:
+        """The decision run's param for a setting (``min_valid_runs`` -> ``perfgate.min_valid_runs``)."""
+        return PARAM.PREFIX + name
+
+
+#: Key prefixes mlflow-perfgate and MLflow write themselves: a condition, extra tag or metric may not use them.
+RESERVED_PREFIXES = ("perfgate.", "mlflow.")
+#: Metrics an attempt's own fields write: extra metrics may not override them.
+RESERVED_METRICS = ("latency_ms", "quality", "step_time_ms")
 
 
 #: Where a decision run keeps its files (``perfgate/report.md``, ``perfgate/decision.json``, ...).
