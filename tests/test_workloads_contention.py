@@ -197,6 +197,14 @@ def test_delta_by_thread_id_hand_computed():
     gone = ContentionSampler.delta(before, _snapshot({}, cpu_ns=10_000_000, nivcsw=4), wall_ms=1.0)
     assert (gone.runq_wait_ms, gone.cpu_ms, gone.nivcsw, gone.threads_exited) == (0.0, 0.0, 0, 3)
     assert ContentionSampler.delta(before, before, wall_ms=0.0).wait_share is None
+    # The reading thread's and the process's first readings close the interval: what the second
+    # snapshot spent reading /proc (3 ms of CPU, a 2 ms preemption) stays out of the step.
+    read_before = ProcessSnapshot({1: 5_000_000, 2: 1_000_000}, cpu_ns=10_000_000, nivcsw=4, reader_tid=1)
+    read_after = ProcessSnapshot({1: 8_000_000, 2: 1_500_000}, cpu_ns=17_000_000, nivcsw=6,
+                                 cpu_ns_first=14_000_000, nivcsw_first=5, reader_tid=1,
+                                 reader_wait_ns_first=6_000_000)
+    step = ContentionSampler.delta(read_before, read_after, wall_ms=6.0)
+    assert (step.runq_wait_ms, step.cpu_ms, step.nivcsw) == (pytest.approx(1.5), pytest.approx(4.0), 1)
     with pytest.raises(ValueError, match="wall_ms must be a finite number >= 0"):
         ContentionSampler.delta(before, after, wall_ms=-1.0)
 

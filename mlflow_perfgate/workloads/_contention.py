@@ -32,15 +32,24 @@ the wait is a sum over threads, matched by thread id:
   ``threads_exited``, so an undercount is visible. A thread born and gone within one step is not
   seen at all. The difference is therefore never negative, and nothing raises.
 
-Two timing details: ``run_delay`` is credited when a waiting thread gets the CPU, so a wait that
-spans a snapshot is counted in the step in which it ends (the sampling thread itself is running,
-so its own wait is always up to date); and the few microseconds between a snapshot and the clock
-fall inside the interval, not the step. Each thread's ``schedstat`` stays open between snapshots
-and is re-read with ``pread`` at offset 0 (procfs regenerates it), so a snapshot costs a listing
-of ``task/``, one ``pread`` a thread and one ``getrusage``. The cost of the two snapshots is kept
-per step (``sampling_us``) and measured in ``benchmarks/bench_contention.py``; call
-:meth:`ContentionSampler.close` (or use the sampler as a context manager) to release the
-descriptors.
+Timing details. ``run_delay`` is credited when a waiting thread gets the CPU, so another
+thread's wait that spans a snapshot is counted in the step in which it ends; the thread taking
+the snapshot (the one running the step) is running, so its own count is always up to date.
+A snapshot reads ``getrusage`` and the reading thread's ``schedstat`` first, then every other
+thread, then the reading thread and ``getrusage`` again; an interval uses the first snapshot's
+last readings and the second's first ones. So the step's CPU time and its runner's wait cover the
+clock's interval to within a few microseconds, and a preemption while ``/proc`` is being read
+(likely enough on a busy machine: a wait that starts in a 100 µs window lasts a time slice or
+more) does not land in the step. Other threads' waits are read a little further from the
+clock.
+
+Cost. Each thread's ``schedstat`` stays open between snapshots and is re-read with ``pread`` at
+offset 0 (procfs regenerates it), so a snapshot is a listing of ``task/``, one ``pread`` per
+thread (two for the reader) and two ``getrusage`` calls. The cost of a step's two snapshots is
+kept per step (``sampling_us``; a snapshot right after a step costs several times a warm one,
+since the step has evicted what the read needs from the caches) and measured in
+``benchmarks/bench_contention.py``. :meth:`ContentionSampler.close` (or the sampler as a
+context manager) releases the descriptors.
 
 Where ``/proc/<pid>/task`` or its ``schedstat`` files are missing (macOS, Windows, a kernel
 without ``CONFIG_SCHED_INFO``), the sampler records nothing: :meth:`ContentionSampler.sample`
@@ -51,6 +60,7 @@ returns ``None``, :attr:`ContentionSampler.status` says why, and a
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,15 +95,31 @@ class ContentionUnavailableWarning(RuntimeWarning):
 class ProcessSnapshot:
     """The process's counters at one instant.
 
+    The figures of the process and of the thread taking the snapshot (the one that runs the
+    step) are read at both ends of the snapshot: an interval between two snapshots takes the
+    first one's last readings and the second one's first, so the time spent reading ``/proc``
+    (and a preemption while doing so) stays out of the step's figures.
+
     Attributes:
-        runq_wait_ns: each live thread's cumulative run-queue wait (ns), by thread id.
-        cpu_ns: the process's CPU time (user + system, all threads, exited ones included).
-        nivcsw: the process's involuntary context switches (all threads, exited ones included).
+        runq_wait_ns: each live thread's cumulative run-queue wait (ns), by thread id; for the
+            reading thread, its last reading.
+        cpu_ns: the process's CPU time (user + system, all threads, exited ones included), read
+            last.
+        nivcsw: the process's involuntary context switches (all threads, exited ones included),
+            read last.
+        cpu_ns_first: ``cpu_ns`` read first (``None``: the same as ``cpu_ns``).
+        nivcsw_first: ``nivcsw`` read first (``None``: the same as ``nivcsw``).
+        reader_tid: the thread that took the snapshot (``None``: not recorded).
+        reader_wait_ns_first: its run-queue wait, read first (``None``: as in ``runq_wait_ns``).
     """
 
     runq_wait_ns: dict[int, int]
     cpu_ns: int
     nivcsw: int
+    cpu_ns_first: int | None = None
+    nivcsw_first: int | None = None
+    reader_tid: int | None = None
+    reader_wait_ns_first: int | None = None
 
 
 @dataclass(frozen=True)
@@ -178,23 +204,36 @@ class ContentionSampler:
             self.close()
             self._pid = os.getpid()
         task_dir = self._task_dir()
-        names = os.listdir(task_dir)
+        reader = threading.get_native_id()
+        # Readings in this order: the reader and the process first, every other thread, the
+        # reader and the process last (the module docstring says why).
+        first = resource.getrusage(resource.RUSAGE_SELF)
+        reader_first = self._wait_of(task_dir, reader)
         live = set()
         waits: dict[int, int] = {}
-        for name in names:
+        for name in os.listdir(task_dir):
             tid = int(name)
             live.add(tid)
-            data = self._read_thread(task_dir, tid)
-            if data is None:
-                continue  # the thread exited after the listing: it is absent from this snapshot
-            fields = data.split()
-            if len(fields) >= 2:
-                waits[tid] = int(fields[1])
+            if tid == reader:
+                continue
+            wait = self._wait_of(task_dir, tid)
+            if wait is not None:  # else it exited after the listing: absent from this snapshot
+                waits[tid] = wait
         for tid in [tid for tid in self._fds if tid not in live]:
             os.close(self._fds.pop(tid))
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        cpu_ns = round((usage.ru_utime + usage.ru_stime) * 1e9)
-        return ProcessSnapshot(runq_wait_ns=waits, cpu_ns=cpu_ns, nivcsw=usage.ru_nivcsw)
+        reader_last = self._wait_of(task_dir, reader)
+        last = resource.getrusage(resource.RUSAGE_SELF)
+        if reader_last is not None:
+            waits[reader] = reader_last
+        return ProcessSnapshot(runq_wait_ns=waits, cpu_ns=_cpu_ns(last), nivcsw=last.ru_nivcsw,
+                               cpu_ns_first=_cpu_ns(first), nivcsw_first=first.ru_nivcsw,
+                               reader_tid=reader, reader_wait_ns_first=reader_first)
+
+    def _wait_of(self, task_dir: str, tid: int) -> int | None:
+        """A thread's cumulative run-queue wait (ns), ``None`` when it has exited."""
+        data = self._read_thread(task_dir, tid)
+        fields = data.split() if data is not None else ()
+        return int(fields[1]) if len(fields) >= 2 else None
 
     def _read_thread(self, task_dir: str, tid: int) -> str | None:
         """A thread's schedstat line, through a descriptor kept open between snapshots.
@@ -255,21 +294,29 @@ class ContentionSampler:
         wait_ns = 0
         for tid, now in after.runq_wait_ns.items():
             then = before.runq_wait_ns.get(tid)
+            if tid == after.reader_tid and after.reader_wait_ns_first is not None:
+                now = after.reader_wait_ns_first
             # Born during the interval, or a new thread that reused an exited one's id.
             wait_ns += now if then is None or now < then else now - then
         exited = sum(1 for tid in before.runq_wait_ns if tid not in after.runq_wait_ns)
         wait_ms = wait_ns / 1e6
+        cpu_ns = after.cpu_ns if after.cpu_ns_first is None else after.cpu_ns_first
+        nivcsw = after.nivcsw if after.nivcsw_first is None else after.nivcsw_first
         return StepContention(
             runq_wait_ms=wait_ms,
             # max(): getrusage's CPU time is monotonic; the guard only protects the record.
-            cpu_ms=max(0, after.cpu_ns - before.cpu_ns) / 1e6,
-            nivcsw=max(0, after.nivcsw - before.nivcsw),
+            cpu_ms=max(0, cpu_ns - before.cpu_ns) / 1e6,
+            nivcsw=max(0, nivcsw - before.nivcsw),
             wall_ms=float(wall_ms),
             wait_share=wait_ms / wall_ms if wall_ms > 0 else None,
             threads=len(after.runq_wait_ns),
             threads_exited=exited,
             sampling_us=float(sampling_us),
         )
+
+
+def _cpu_ns(usage) -> int:
+    return round((usage.ru_utime + usage.ru_stime) * 1e9)
 
 
 def _read(path: str) -> str:
