@@ -14,8 +14,11 @@ Prints, from one run:
    over the quiet median; slope and R^2 of the excess in ms on the wait in ms);
 3. the two contention-correction options on the same steps: (a) excluding steps whose wait
    share exceeds a bound (kept share, median of what is kept), (b) a corrected step time, wall
-   minus run-queue wait, or CPU time: each as the ratio of its median under load to its quiet
-   median (1.00 is a load-proof figure) and its spread (P95 / median, nearest rank).
+   minus run-queue wait (also clamped to [CPU time, wall]), or CPU time: each as the ratio of
+   its median under load to its quiet median (1.00 is a load-proof figure), also paired with the
+   quiet block of the same round, and its spread (P95 / median, nearest rank);
+4. an accounting check, wall - CPU - wait per step (0 for one busy thread if every figure is
+   exact).
 
 Every step's raw figures go to a CSV (its path is printed) for the decision on which option to
 adopt. The TinyLM process itself is not pinned (as in an attempt); its torch threads are
@@ -26,7 +29,7 @@ comes first, and each neighbour ends itself 30 s after its block should have end
 run leaves nothing spinning for long.
 
 Usage: ``python benchmarks/bench_contention.py [--threads 1] [--steps 150] [--rounds 2]
-[--block-seconds 8] [--csv PATH]``
+[--block-seconds 8] [--csv PATH]``; ``--from-csv PATH`` analyses an earlier run's samples again.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ from mlflow_perfgate.workloads._timing import TimedSteps, pinned_threads, time_s
 LEVELS = {"0": (0, None), "1": (1, None), "2": (2, None), "1 bursty": (1, (0.025, 0.1))}
 QUIET = "0"
 BOUNDS = (0.05, 0.10, 0.20, 0.30)
+#: Option (a) seen per attempt: an attempt of this many steps is usable when it keeps this many.
+ATTEMPT_STEPS = 10
+MIN_KEPT = 5
 #: A busy neighbour: pins itself to one core, says so, spins (steadily or in bursts) until its
 #: deadline or its kill.
 _HOG = (
@@ -175,6 +181,13 @@ def measure_levels(workload, sampler: ContentionSampler, threads: int, rounds: i
     return rows
 
 
+def read_rows(path: str) -> list[dict]:
+    """The rows of a CSV this script wrote, with their types."""
+    types = {"round": int, "step": int, "nivcsw": int, "threads": int, "threads_exited": int, "level": str}
+    with open(path, newline="") as handle:
+        return [{key: types.get(key, float)(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+
+
 def _spread(values: list[float]) -> float:
     return _rank(values, 0.95) / statistics.median(values)
 
@@ -190,10 +203,13 @@ def _median(values) -> float:
     return statistics.median(values) if values else math.nan
 
 
-#: The step-time figures a decision could use: raw wall time and the two corrections.
+#: The step-time figures a decision could use: raw wall time and the corrections: wall minus
+#: run-queue wait; the same kept between the CPU time and the wall time (the kernel's wait can
+#: exceed wall - CPU, see the accounting check; the clamp holds for one busy thread only); CPU time.
 SERIES = {
     "wall": lambda row: row["wall_ms"],
     "wall-wait": lambda row: row["wall_ms"] - row["runq_wait_ms"],
+    "clamped": lambda row: min(row["wall_ms"], max(row["wall_ms"] - row["runq_wait_ms"], row["cpu_ms"])),
     "cpu": lambda row: row["cpu_ms"],
 }
 
@@ -216,6 +232,20 @@ def report(rows: list[dict]) -> None:
               f"{_median(row['wall_ms'] for row in level_rows):>8.2f} "
               + " ".join(f"{r:>15.3f}" for r in ratios) + " " + " ".join(f"{v:>16.3f}" for v in spreads)
               + f" {_median(row['nivcsw'] for row in level_rows):>6.0f}")
+
+    rounds = sorted({row["round"] for row in rows})
+    print("\npaired by round: each block against the quiet block of its own round (slow drift in "
+          "the machine's other load cancels); the median over rounds of those ratios")
+    print(f"{'neighbours':>10} " + " ".join(f"{name + ' ratio':>15}" for name in SERIES))
+    for level, level_rows in by_level.items():
+        ratios = {name: [] for name in SERIES}
+        for r in rounds:
+            block = [row for row in level_rows if row["round"] == r]
+            quiet_block = [row for row in quiet if row["round"] == r]
+            if block and quiet_block:
+                for name, f in SERIES.items():
+                    ratios[name].append(_median(f(row) for row in block) / _median(f(row) for row in quiet_block))
+        print(f"{level:>10} " + " ".join(f"{_median(values):>15.3f}" for values in ratios.values()))
 
     print("\nthe accounting check: residual = wall - cpu - wait per step, ms (about 0 for one busy thread; "
           "> 0: time neither on a CPU nor queued, e.g. sleeping or stolen by the hypervisor; "
@@ -240,15 +270,22 @@ def report(rows: list[dict]) -> None:
         print(f"{label:>20} {stats.pearsonr(share, excess)[0]:>8.3f} {stats.spearmanr(share, excess)[0]:>9.3f} "
               f"{fit.slope:>11.3f} {fit.rvalue ** 2:>6.3f}")
 
-    print("\noption (a): drop steps whose wait share exceeds a bound; kept = share of steps kept, "
-          "ratio = median of the kept steps / quiet median")
-    print(f"{'bound':>6} " + " ".join(f"{f'{lv} kept':>12} {f'{lv} ratio':>12}" for lv in LEVELS))
+    print("\noption (a): drop steps whose wait share exceeds a bound, in every level alike; kept = share "
+          "of steps kept; P50 and P95 = the kept steps' median and P95 / the kept quiet steps' ones; "
+          f"usable = share of {ATTEMPT_STEPS}-step attempts (consecutive steps) keeping at least "
+          f"{MIN_KEPT} steps")
+    print(f"{'bound':>6} {'level':>10} {'kept':>6} {'P50':>7} {'P95':>7} {'usable':>7}")
     for bound in BOUNDS:
-        cells = []
+        quiet_kept = [row["wall_ms"] for row in quiet if row["wait_share"] <= bound]
         for level, level_rows in by_level.items():
             kept = [row["wall_ms"] for row in level_rows if row["wait_share"] <= bound]
-            cells.append(f"{len(kept) / len(level_rows):>12.2f} {_median(kept) / quiet_wall:>12.3f}")
-        print(f"{bound:>6.2f} " + " ".join(cells))
+            attempts = [level_rows[i:i + ATTEMPT_STEPS]
+                        for i in range(0, len(level_rows) - ATTEMPT_STEPS + 1, ATTEMPT_STEPS)]
+            usable = [sum(row["wait_share"] <= bound for row in attempt) >= MIN_KEPT for attempt in attempts]
+            p50 = _median(kept) / _median(quiet_kept) if kept and quiet_kept else math.nan
+            p95 = _rank(kept, 0.95) / _rank(quiet_kept, 0.95) if kept and quiet_kept else math.nan
+            print(f"{bound:>6.2f} {level:>10} {len(kept) / len(level_rows):>6.2f} {p50:>7.3f} {p95:>7.3f} "
+                  f"{sum(usable) / len(usable) if usable else math.nan:>7.2f}")
 
 
 def main() -> None:
@@ -261,7 +298,11 @@ def main() -> None:
     parser.add_argument("--block-seconds", type=float, default=8.0,
                         help="a block ends after this many seconds even if its steps are not done")
     parser.add_argument("--csv", default=f"bench_contention-{time.strftime('%Y%m%d-%H%M%S')}.csv")
+    parser.add_argument("--from-csv", metavar="PATH", help="analyse the raw samples of an earlier run; measure nothing")
     args = parser.parse_args()
+    if args.from_csv:
+        report(read_rows(args.from_csv))
+        return
     # SIGTERM (a timeout) unwinds like Ctrl-C, so the neighbours are ended by their finally.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.perf_counter()
