@@ -19,6 +19,8 @@ A step's figures are the differences of its two snapshots; its **wait share** is
 wait divided by its wall time (the clock's step time). The wait is summed over threads, so a
 step whose several threads all queue can show a share above 1 (thread-seconds of waiting per
 second of wall); with one busy thread it is the fraction of the step spent waiting for a CPU.
+Only the threads of this process count: DataLoader workers (``num_workers > 0``) are processes
+of their own, and their waits are not in the figures.
 
 Threads that come and go. The kernel keeps no run-queue wait for threads that have exited, so
 the wait is a sum over threads, matched by thread id:
