@@ -35,6 +35,7 @@ import torch
 
 from ..rules import validate_validity_report
 from ._conditions import parse_int
+from ._contention import ContentionSampler, summarize_steps
 from ._evidence import collect_memory_evidence
 from ._interface import device_of, make_workload, missing_stages, resolve_workload
 from ._probe import probe_correctness
@@ -48,6 +49,8 @@ DEFAULT_STEPS = 10
 #: Characters of a traceback or child log kept in ``failure_detail``.
 _DETAIL_CHARS = 4000
 _MEM_STATUSES = (None, "measured", "estimated")
+#: The per-step contention lists, parallel to ``step_times_ms`` when present.
+_STEP_CONTENTION = ("step_wait_ms", "step_wait_share", "step_cpu_ms", "step_nivcsw")
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
 _CHILD_MODULE = "mlflow_perfgate.workloads._child"
 
@@ -85,6 +88,20 @@ class AttemptResult:
         final_loss: the last measured step's loss, if the step returned one.
         memory: the full memory record, or ``None``.
         exitcode: the child's exit code (supervised only; negative for a signal).
+        contention_status: ``'measured'`` when the kernel's contention figures were read around
+            every measured step (see :mod:`._contention`), ``'unavailable: <why>'`` where they
+            cannot be (no /proc: macOS), ``None`` when no measured step ran (or the child died).
+            The figures below are ``None`` unless it is ``'measured'``; they are kept for failed
+            attempts too, for the steps completed.
+        runq_wait_ms: run-queue wait of all the process's threads, summed over measured steps.
+        cpu_ms: the process's CPU time over the measured steps.
+        wait_share: ``runq_wait_ms`` over the summed measured step times (can exceed 1 when
+            several threads queue at once).
+        nivcsw: involuntary context switches over the measured steps.
+        step_wait_ms: run-queue wait of each measured step, parallel to ``step_times_ms``.
+        step_wait_share: each step's wait over its wall time.
+        step_cpu_ms: each step's CPU time.
+        step_nivcsw: each step's involuntary context switches.
     """
 
     ok: bool
@@ -108,11 +125,37 @@ class AttemptResult:
     final_loss: float | None = None
     memory: dict | None = None
     exitcode: int | None = None
+    contention_status: str | None = None
+    runq_wait_ms: float | None = None
+    cpu_ms: float | None = None
+    wait_share: float | None = None
+    nivcsw: int | None = None
+    step_wait_ms: tuple[float, ...] | None = None
+    step_wait_share: tuple[float | None, ...] | None = None
+    step_cpu_ms: tuple[float, ...] | None = None
+    step_nivcsw: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if type(self.ok) is not bool:
             raise ValueError(f"ok must be a bool, got {self.ok!r}")
         object.__setattr__(self, "step_times_ms", tuple(float(t) for t in self.step_times_ms))
+        for name in _STEP_CONTENTION:
+            values = getattr(self, name)
+            if values is None:
+                continue
+            values = tuple(values)
+            if len(values) != len(self.step_times_ms):
+                raise ValueError(f"{name} must have one value per step ({len(self.step_times_ms)}), "
+                                 f"got {len(values)}")
+            object.__setattr__(self, name, values)
+        for name in ("runq_wait_ms", "cpu_ms", "wait_share", "nivcsw"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 <= value < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 0 or None, got {value!r}")
+        status = self.contention_status
+        if status is not None and status != "measured" and not str(status).startswith("unavailable: "):
+            raise ValueError(f"contention_status must be None, 'measured' or 'unavailable: <why>', got {status!r}")
         if self.ok:
             if self.failure is not None:
                 raise ValueError(f"an ok attempt cannot have a failure, got {self.failure!r}")
@@ -128,9 +171,12 @@ class AttemptResult:
             raise ValueError(f"mem_status must be one of {list(_MEM_STATUSES)}, got {self.mem_status!r}")
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict of every field (``step_times_ms`` as a list)."""
+        """A JSON-ready dict of every field (``step_times_ms`` and the per-step lists as lists)."""
         result = dataclasses.asdict(self)
         result["step_times_ms"] = list(self.step_times_ms)
+        for name in _STEP_CONTENTION:
+            if result[name] is not None:
+                result[name] = list(result[name])
         return result
 
     @classmethod
@@ -222,9 +268,12 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
             warm = time_steps(workload.step, warmup, device=device, phase="warmup", deadline=deadline)
             measured = TimedSteps()
             if warm.failure is None:
-                time_steps(workload.step, steps, device=device, deadline=deadline, into=measured)
+                with ContentionSampler(warn=False) as sampler:
+                    time_steps(workload.step, steps, device=device, deadline=deadline, into=measured,
+                               sampler=sampler)
             stopped = warm if warm.failure else measured
             fields["step_times_ms"] = measured.times_ms
+            fields.update(summarize_steps(measured.contention, measured.contention_status))
             finite_losses = [loss for loss in measured.losses if loss is not None]
             fields["final_loss"] = finite_losses[-1] if finite_losses else None
             if stopped.failure == "timeout" and len(measured.times_ms) < steps:

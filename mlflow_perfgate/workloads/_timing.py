@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from ._contention import ContentionSampler, StepContention
+
 __all__ = ["pinned_threads", "synchronize", "to_float", "time_steps", "TimedSteps"]
 
 
@@ -64,6 +66,11 @@ class TimedSteps:
         losses: the loss of each completed step (``None`` when ``step()`` returned none).
         failure: ``"non_finite_loss"`` or ``"timeout"`` when the loop stopped early, else ``None``.
         failure_detail: which step stopped the loop, and why.
+        contention: the kernel's figures for each completed step (run-queue wait, CPU time,
+            involuntary switches, wait share), parallel to ``times_ms``; empty when the loop ran
+            without a sampler or the sampler was unavailable.
+        contention_status: the sampler's status (``"measured"`` or ``"unavailable: <why>"``),
+            ``None`` when the loop ran without a sampler.
     """
 
     def __init__(self) -> None:
@@ -71,6 +78,8 @@ class TimedSteps:
         self.losses: list[float | None] = []
         self.failure: str | None = None
         self.failure_detail: str | None = None
+        self.contention: list[StepContention] = []
+        self.contention_status: str | None = None
 
 
 def time_steps(
@@ -81,12 +90,14 @@ def time_steps(
     phase: str = "measured",
     deadline: float | None = None,
     into: TimedSteps | None = None,
+    sampler: ContentionSampler | None = None,
 ) -> TimedSteps:
     """Run ``step()`` ``count`` times, timing each call with ``time.perf_counter``.
 
     The clock wraps the step and a device synchronisation, nothing else: the loss is read (and
     checked for finiteness) after the clock stops, since reading it forces a synchronisation of
-    its own.
+    its own. With a ``sampler``, the process's counters are read just before the clock starts
+    and just after it stops (see :mod:`._contention`), so their cost is outside the timed region.
 
     Args:
         step: the callable to time.
@@ -97,17 +108,31 @@ def time_steps(
             Checked between steps only: a step that hangs is not interrupted (the supervised
             runner kills the process instead).
         into: samples to append to; a new :class:`TimedSteps` when ``None``.
+        sampler: reads the kernel's contention figures around each step into
+            ``samples.contention``; ``None`` samples nothing.
 
     Returns:
         The samples, with ``failure`` set if a loss was non-finite or the deadline passed.
     """
     samples = into if into is not None else TimedSteps()
+    sampling = sampler is not None and sampler.available
+    if sampler is not None:
+        samples.contention_status = sampler.status
+    before = None
     for index in range(count):
         synchronize(device)
+        if sampling:
+            sample_start = time.perf_counter()
+            before = sampler.sample()
+            sample_cost = time.perf_counter() - sample_start
         start = time.perf_counter()
         result = step()
         synchronize(device)
-        elapsed_ms = (time.perf_counter() - start) * 1e3
+        stop = time.perf_counter()
+        elapsed_ms = (stop - start) * 1e3
+        if sampling:
+            after = sampler.sample()
+            sample_cost += time.perf_counter() - stop
         loss = to_float(result)
         if loss is not None and not math.isfinite(loss):
             samples.failure = "non_finite_loss"
@@ -115,6 +140,8 @@ def time_steps(
             return samples
         samples.times_ms.append(elapsed_ms)
         samples.losses.append(loss)
+        if sampling:
+            samples.contention.append(sampler.delta(before, after, elapsed_ms, sample_cost * 1e6))
         if deadline is not None and time.perf_counter() > deadline:
             samples.failure = "timeout"
             samples.failure_detail = f"deadline passed after {phase} step {index}"
