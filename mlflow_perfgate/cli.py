@@ -15,6 +15,8 @@ import click
 #: Exit codes of the gate (docs/design.md).
 EXIT_CODES = {"accept": 0, "reject": 1, "rerun": 3, "blocked_by_correctness": 4}
 EXIT_USAGE = 2
+#: A comparison stopped by SIGTERM (a cancelled CI job): 128 + 15, as a shell reports it.
+EXIT_TERMINATED = 143
 _DEBUG_ENV = "MLFLOW_PERFGATE_DEBUG"
 
 
@@ -617,4 +619,10 @@ def main(argv: list[str] | None = None) -> None:
         _fail("aborted")
     except click.ClickException as exc:
         _fail(exc.format_message().replace("\n", " "))
+    except BaseException as exc:
+        if type(exc).__name__ != "Terminated":  # harness.Terminated: SIGTERM reached a comparison
+            raise
+        click.echo(f"Error: stopped, {exc}: the running attempt was ended and the comparison run marked KILLED",
+                   err=True)
+        sys.exit(EXIT_TERMINATED)
     sys.exit(0)

@@ -86,7 +86,13 @@ def _isolated_env(monkeypatch, tmp_path):
                  "GITHUB_STEP_SUMMARY", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    monkeypatch.delenv("MLFLOW_PERFGATE_JOURNAL", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the default journal, per test
     monkeypatch.chdir(tmp_path)
+    from mlflow_perfgate.tracking import _client
+
+    _client._DOWN.clear()  # a server found down in one test is not down in the next
+    _client._UP.clear()
 
 
 @pytest.fixture(scope="session")

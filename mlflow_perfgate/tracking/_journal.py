@@ -79,7 +79,9 @@ def _append_line(entry: dict) -> None:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line  # the last line was torn: end it, so this one stays whole
-        os.write(fd, line)
+        written = 0
+        while written < len(line):  # a short write (a full disk) raises on the next try, never passes
+            written += os.write(fd, line[written:])
         os.fsync(fd)
     finally:
         os.close(fd)

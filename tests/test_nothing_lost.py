@@ -1,0 +1,488 @@
+"""Nothing lost, nothing misattributed: each fault of issue 15, against the real store and server.
+
+A fault proxy on loopback (tests/fault_proxy.py) stands in front of a real ``mlflow server`` for
+the 503s and the silence; everything else runs against a real SQLite store or that server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+import mlflow_perfgate as pg
+from mlflow_perfgate.cli import main
+from mlflow_perfgate.errors import InputError
+from mlflow_perfgate.tracking import TAG, AttemptDeferred, reap, sync
+from mlflow_perfgate.tracking import _journal
+
+from conftest import REPO, free_port, start_mlflow_server, stop_server
+from fault_proxy import FaultProxy
+from helpers import BASELINE_MS, CANDIDATE, CANDIDATE_MS, CONDITIONS, log_series
+
+TINY = {"input_shape": "2,16", "warmup": 1, "steps": 2}
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+@pytest.fixture
+def proxied(mlflow_server, monkeypatch, tmp_path):
+    """The session's real server behind a fault proxy; a fresh experiment; the journal on."""
+    proxy = FaultProxy(int(mlflow_server.rsplit(":", 1)[1]))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", proxy.url)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", f"lost-{time.time_ns()}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+# 1. a 502/503 answer is an outage, not a refusal -------------------------------------------------
+
+@pytest.mark.server
+@pytest.mark.parametrize("status", ["503", "502"])
+def test_a_retryable_answer_keeps_the_attempt_for_sync(proxied, status):
+    log_series("flaky", BASELINE_MS, CANDIDATE_MS)
+    proxied.mode = status
+    with pytest.raises(AttemptDeferred):
+        pg.log_attempt("flaky", "candidate", CANDIDATE, ok=False, failure="timeout")
+    [waiting] = _journal.pending()
+    assert waiting["type"] == "attempt" and waiting["tags"][TAG.FAILURE] == "timeout"
+    proxied.mode = "pass"
+    assert sync() == {"pending_before": 1, "sent": 1, "already_present": 0}
+    result = pg.evaluate_group("flaky")
+    # the failure made it: the truth is a reject, never an accept
+    assert result["decision"] == "reject" and "failure_rate_ok" in result["failed_checks"]
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_a_503_window_in_the_middle_of_a_compare_costs_no_attempt(proxied):
+    from mlflow_perfgate.harness import compare
+
+    seen = []
+
+    def window(arm, result):
+        seen.append(arm)
+        proxied.mode = {2: "503", 5: "pass"}.get(len(seen), proxied.mode)
+
+    result = compare("tinylm", TINY, {"checkpoint": True}, attempts=4, group="window", supervised=False,
+                     progress=False, on_attempt=window, min_valid_runs=4, env_mismatch="warn",
+                     maximum_latency_cost=10.0, objective="memory")
+    assert len(seen) == 8
+    assert result["baseline"]["attempted_runs"] == 4 and result["candidate"]["attempted_runs"] == 4
+    comparison = MlflowClient().get_run(result["comparison_run_id"])
+    assert comparison.info.status == "FINISHED" and comparison.data.tags[TAG.DECISION] == result["decision"]
+    assert _journal.pending() == []
+
+
+# 2. one server, two spellings ---------------------------------------------------------------------
+
+@pytest.mark.server
+def test_the_journal_knows_one_server_under_two_spellings(proxied, monkeypatch):
+    proxied.mode = "reset"
+    port = proxied.port
+    for uri in (f"http://127.0.0.1:{port}/", f"http://localhost:{port}"):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        with pytest.raises(AttemptDeferred):
+            pg.log_attempt("spell", "candidate", CANDIDATE, ok=False, failure="oom")
+    proxied.mode = "pass"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    assert len(_journal.pending(tracking_uri=f"http://LOCALHOST:{port}/")) == 2
+    assert sync()["sent"] == 2
+
+
+# 3. the CI recipe from two worktrees --------------------------------------------------------------
+
+def _readme_recipe() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text.split("- name: Record interleaved attempts of base and head", 1)[1]
+    script = block.split("run: |\n", 1)[1].split("      - name:", 1)[0]
+    return textwrap.dedent(script)
+
+
+@pytest.mark.slow
+def test_the_readme_ci_recipe_runs_as_written_from_two_worktrees(tmp_path):
+    repo = tmp_path / "work" / "project"
+    repo.mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    bench = "import sys\nprint({ms})\n"
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    (repo / "bench.py").write_text(bench.format(ms=100.0))
+    subprocess.run([*git, "add", "."], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    (repo / "bench.py").write_text(bench.format(ms=80.0))
+    subprocess.run([*git, "commit", "-qam", "head: faster"], cwd=repo, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "BASE": base, "HEAD": head, "GROUP": "pr-7-1", "GITHUB_WORKSPACE": str(repo),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    completed = subprocess.run(["bash", "-euo", "pipefail", "-c", _readme_recipe()], cwd=repo, env=env,
+                               capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    gate = subprocess.run([str(bin_dir / "mlflow-perfgate"), "evaluate", "--group", "pr-7-1", "--method", "robust",
+                           "--mode", "non_regression", "--margin", "0.05", "--format", "json"],
+                          cwd=repo, env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{repo}/mlflow.db"},
+                          capture_output=True, text=True, timeout=300)
+    result = json.loads(gate.stdout)
+    assert gate.returncode == 0 and result["decision"] == "accept", gate.stderr
+    assert result["changed_variable"] == "revision"
+    assert result["baseline"]["attempted_runs"] == result["candidate"]["attempted_runs"] == 10
+
+
+# 4. torn lines and a full disk --------------------------------------------------------------------
+
+def test_a_torn_line_never_swallows_the_next_entry(tmp_path, monkeypatch):
+    journal = tmp_path / "j.jsonl"
+    monkeypatch.setenv("MLFLOW_PERFGATE_JOURNAL", str(journal))
+    _journal.append({"attempt_id": "a1", "group": "g", "tracking_uri": "http://127.0.0.1:1"})
+    with open(journal, "a", encoding="utf-8") as handle:
+        handle.write('{"type": "attempt", "attempt_id": "torn", "gro')  # a crash mid-write
+    _journal.append({"attempt_id": "a2", "group": "g", "tracking_uri": "http://127.0.0.1:1"})
+    assert [entry["attempt_id"] for entry in _journal.pending()] == ["a1", "a2"]
+    [skipped] = _journal.skipped_lines()
+    assert skipped.startswith(f"{journal}:2:") and "not a whole JSON line" in skipped
+
+
+_FULL_DISK = """
+import os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+journal = sys.argv[1]
+size = os.path.getsize(journal)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + int(sys.argv[2]), resource.RLIM_INFINITY))
+from mlflow_perfgate.cli import main
+main(["record", "--group", "disk", "--arm", "baseline", "--set", "model=m", "--latency-ms", "5", "--quality", "1",
+      "--attempt-id", sys.argv[3]])
+"""
+
+
+@pytest.mark.server
+def test_a_full_disk_after_the_run_is_written_still_exits_0(mlflow_server, tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text(json.dumps({"type": "synced", "attempt_id": "older", "run_id": "x"}) + "\n")
+    experiment = f"disk-{time.time_ns()}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server, "MLFLOW_PERFGATE_JOURNAL": str(journal),
+           "MLFLOW_EXPERIMENT_NAME": experiment, "PYTHONPATH": str(REPO)}
+    # a first attempt, unlimited, measures the lines; the second gets room for its attempt line only
+    completed = subprocess.run([sys.executable, "-c", _FULL_DISK, str(journal), "100000", "disk-0"], env=env,
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    attempt_line, synced_line = journal.read_text().splitlines(keepends=True)[1:]
+    room = len(attempt_line.encode()) + len(synced_line.encode()) // 2
+    completed = subprocess.run([sys.executable, "-c", _FULL_DISK, str(journal), str(room), "disk-1"], env=env,
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    assert "could not record it" in completed.stderr
+    runs = MlflowClient(mlflow_server).search_runs(
+        [MlflowClient(mlflow_server).get_experiment_by_name(experiment).experiment_id])
+    assert sorted(run.data.tags[TAG.ATTEMPT_ID] for run in runs) == ["disk-0", "disk-1"]
+    os.environ["MLFLOW_PERFGATE_JOURNAL"] = str(journal)
+    try:
+        os.environ["MLFLOW_TRACKING_URI"] = mlflow_server
+        assert sync() == {"pending_before": 1, "sent": 0, "already_present": 1}  # disk-1, counted once
+    finally:
+        del os.environ["MLFLOW_PERFGATE_JOURNAL"], os.environ["MLFLOW_TRACKING_URI"]
+
+
+# 5. garbage lines fail nothing ----------------------------------------------------------------------
+
+def test_garbage_journal_lines_are_skipped_and_named(sqlite_uri, tmp_path, monkeypatch, capsys):
+    journal = tmp_path / "journal.jsonl"
+    monkeypatch.setenv("MLFLOW_PERFGATE_JOURNAL", str(journal))
+    journal.write_bytes(b"null\n[1, 2]\n3\n{\"type\": \"attempt\"}\n\xff\xfe not utf-8\n")
+    log_series("garbage")
+    result = pg.evaluate_group("garbage")
+    assert result["decision"] == "accept"
+    assert any(f"{journal}:1:" in w for w in result["warnings"])
+    code, out, err = run_cli(capsys, "sync")
+    assert code == 0 and out.startswith("0 sent")
+    assert f"{journal}:5:" in err and err.count("journal line skipped") == 5
+
+
+# 6. racing evaluators -----------------------------------------------------------------------------
+
+_EVALUATOR = """
+import json, sys, time
+import mlflow_perfgate as pg
+start = float(sys.argv[1])
+while time.time() < start:
+    time.sleep(0.005)
+result = pg.evaluate_group("race")
+print(json.dumps({"run": result["decision_run_id"], "decision": result["decision"]}))
+"""
+
+
+@pytest.mark.slow
+def test_racing_evaluators_converge_on_one_decision(tracking_uri):
+    log_series("race")
+    start = time.time() + 6  # after every process has imported mlflow
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    processes = [subprocess.Popen([sys.executable, "-c", _EVALUATOR, str(start)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outcomes = []
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        outcomes.append(json.loads(out.strip().splitlines()[-1]))
+    assert len({o["run"] for o in outcomes}) == 1 and {o["decision"] for o in outcomes} == {"accept"}
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name(os.environ["MLFLOW_EXPERIMENT_NAME"]).experiment_id
+    decisions = client.search_runs([experiment], "tags.\"perfgate.kind\" = 'decision'")
+    assert [run.info.run_id for run in decisions] == [outcomes[0]["run"]]
+    attempts = client.search_runs([experiment], "tags.\"perfgate.kind\" = 'attempt'")
+    assert {run.data.tags[TAG.PARENT] for run in attempts} == {outcomes[0]["run"]}
+    history = client.get_metric_history(outcomes[0]["run"], "baseline_median_ms")
+    assert len(history) == 1  # logged once
+    # and evaluating again without new attempts gives the same decision run
+    assert pg.evaluate_group("race")["decision_run_id"] == outcomes[0]["run"]
+
+
+# 7. parent runs --------------------------------------------------------------------------------------
+
+def test_a_parent_run_must_exist_and_be_of_the_group(sqlite_uri, capsys):
+    from mlflow_perfgate.tracking import start_comparison
+
+    other = start_comparison("other", CONDITIONS, "checkpoint")
+    base = ["record", "--group", "mine", "--arm", "baseline", "--set", "model=m", "--latency-ms", "1",
+            "--quality", "1"]
+    code, _, err = run_cli(capsys, *base, "--parent-run-id", other)
+    assert code == 2 and "comparison of group 'other'" in err
+    code, _, err = run_cli(capsys, *base, "--parent-run-id", "0" * 32)
+    assert code == 2 and "does not exist" in err
+    assert [r.data.tags.get(TAG.GROUP) for r in MlflowClient().search_runs(["0"])] == ["other"]
+
+
+def test_attempts_nested_under_another_groups_comparison_leave_it_alone(sqlite_uri):
+    from mlflow_perfgate.tracking import start_comparison
+
+    other = start_comparison("other", CONDITIONS, "checkpoint")
+    client = MlflowClient()
+    ids = log_series("mine")
+    for run_id in ids:  # what a crafted or mistaken tag does
+        client.set_tag(run_id, TAG.PARENT, other)
+    result = pg.evaluate_group("mine")
+    assert result["decision_run_id"] != other
+    assert TAG.DECISION not in client.get_run(other).data.tags
+    assert client.get_run(other).data.tags[TAG.GROUP] == "other"
+
+
+# 8. a condition named like a decision param ------------------------------------------------------------
+
+def test_conditions_named_like_decision_params_do_not_collide(sqlite_uri):
+    from mlflow_perfgate.harness import compare
+
+    conditions = {**TINY, "alpha": "0.5", "margin": "x", "changed_variable": "y", "min_valid_runs": "9"}
+    result = compare("tinylm", conditions, {"checkpoint": True}, attempts=2, supervised=False, progress=False,
+                     min_valid_runs=2, method="robust", mode="non_regression", env_mismatch="warn")
+    run = MlflowClient().get_run(result["decision_run_id"])
+    assert run.data.params["alpha"] == "0.5" and run.data.params["perfgate.alpha"] == "0.02"
+    assert run.data.params["min_valid_runs"] == "9" and run.data.params["perfgate.min_valid_runs"] == "2"
+
+
+def test_reserved_names_are_refused(sqlite_uri):
+    with pytest.raises(InputError, match="reserved"):
+        pg.log_attempt("g", "baseline", {"perfgate.group": "other"}, latency_ms=1, quality=1)
+
+
+# 9. compare into an existing group ------------------------------------------------------------------
+
+def test_compare_into_an_existing_group_is_refused_or_resumed(sqlite_uri):
+    from mlflow_perfgate.harness import compare
+
+    first = compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="again", supervised=False,
+                    progress=False, min_valid_runs=2, env_mismatch="warn")
+    with pytest.raises(InputError, match="already holds 4 attempts; pass --resume"):
+        compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="again", supervised=False, progress=False)
+    again = compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="again", supervised=False,
+                    progress=False, min_valid_runs=2, env_mismatch="warn", resume=True)
+    assert again["comparison_run_id"] == first["comparison_run_id"]
+    assert again["baseline"]["attempted_runs"] == 4 and again["candidate"]["attempted_runs"] == 4
+    client = MlflowClient()
+    pairs = sorted(int(client.get_run(r).data.tags[TAG.PAIR]) for r in again["run_ids"])
+    assert pairs == [0, 0, 1, 1, 2, 2, 3, 3]  # the ABBA rounds went on
+    statuses = {client.get_run(r).info.status for r in again["run_ids"]}
+    assert statuses == {"FINISHED"}
+
+
+# 10. SIGTERM of compare ------------------------------------------------------------------------------
+
+_COMPARE = """
+from mlflow_perfgate.cli import main
+sets = []
+for item in ("model=sleeper", "input_shape=1,1", "batch_size=1", "dtype=fp32", "device=cpu", "repeats=3",
+             "measurement_method=wall", "sleep_s=60", "steps=1", "warmup=0"):
+    sets += ["--set", item]
+main(["compare", "--workload", "tests.workloads_fixtures.hostile:sleeper", *sets, "--change", "sleep_s=61",
+      "--attempts", "3", "--group", "term", "--no-progress", "--timeout", "600"])
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_of_compare_ends_everything_with_the_reason(sqlite_uri, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-c", _COMPARE], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    client = MlflowClient()
+    deadline = time.time() + 240
+    while time.time() < deadline:  # wait until the first attempt runs
+        running = [r for r in client.search_runs(["0"], "tags.\"perfgate.kind\" = 'attempt'")]
+        if running:
+            break
+        time.sleep(0.5)
+    time.sleep(3)
+    children = _descendants(process.pid)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143 and "SIGTERM" in err and "Traceback" not in err
+    for pid in children:  # no attempt outlives its comparison
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    [comparison] = client.search_runs(["0"], "tags.\"perfgate.kind\" = 'comparison'")
+    assert comparison.info.status == "KILLED"
+    assert "terminated by SIGTERM" in comparison.data.tags[TAG.END_REASON]
+    [attempt] = client.search_runs(["0"], "tags.\"perfgate.kind\" = 'attempt'")
+    assert attempt.info.status == "FAILED" and "SIGTERM" in attempt.data.tags[TAG.FAILURE] or (
+        attempt.info.status == "RUNNING")
+
+
+def _descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            continue
+        found += [int(child) for child in children]
+        frontier += [int(child) for child in children]
+    return found
+
+
+def test_an_attempt_whose_supervisor_died_is_a_failure_at_once(sqlite_uri):
+    from mlflow_perfgate.tracking import start_attempt
+
+    log_series("orphan")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started = start_attempt("orphan", "candidate", CANDIDATE)
+    client = MlflowClient()
+    from mlflow_perfgate.tracking._environment import process_identity
+
+    client.set_tag(started.run_id, TAG.SUPERVISOR, process_identity(child.pid))  # as if that process ran it
+    assert pg.evaluate_group("orphan")["reason"] == "attempts_in_progress"
+    child.kill()
+    child.wait()
+    result = pg.evaluate_group("orphan")
+    assert result["decision"] == "reject" and result["candidate"]["failed_runs"] == 1
+    assert "supervisor_died" in result["candidate"]["failure_reasons"][0]
+    assert reap(3600, group="orphan") == [started.run_id]
+    run = client.get_run(started.run_id)
+    assert run.info.status == "KILLED" and run.data.tags[TAG.FAILURE].startswith("supervisor_died")
+
+
+# 11. written but not terminated ---------------------------------------------------------------------
+
+def test_a_run_written_but_not_terminated_is_its_outcome_everywhere(sqlite_uri):
+    from mlflow_perfgate.tracking import start_attempt
+
+    log_series("half", BASELINE_MS, CANDIDATE_MS[:4])
+    started = start_attempt("half", "candidate", CANDIDATE)
+    client = MlflowClient()
+    # killed between writing the figures and terminating the run:
+    client.log_metric(started.run_id, "latency_ms", 90.0)
+    client.log_metric(started.run_id, "quality", 0.895)
+    client.set_tag(started.run_id, TAG.OK, "true")
+    result = pg.evaluate_group("half")
+    assert result["candidate"]["valid_runs"] == 5 and result["decision"] == "accept"
+    assert reap(1e-3, group="half") == [started.run_id]
+    assert client.get_run(started.run_id).info.status == "FINISHED"  # as its outcome says, not KILLED
+
+
+# 12. passwords ------------------------------------------------------------------------------------------
+
+@pytest.mark.server
+def test_a_password_in_the_uri_is_never_stored_or_printed(proxied, monkeypatch, capsys, tmp_path):
+    proxied.mode = "reset"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://ci:s3cret-pw@127.0.0.1:{proxied.port}")
+    code, out, err = run_cli(capsys, "record", "--group", "pw", "--arm", "baseline", "--set", "model=m",
+                             "--latency-ms", "1", "--quality", "1")
+    assert code == 2 and "s3cret-pw" not in out + err and "sync" in err
+    assert "s3cret-pw" not in _journal.journal_path().read_text()
+    code, out, err = run_cli(capsys, "evaluate", "--group", "pw")
+    assert code == 2 and "s3cret-pw" not in out + err
+
+
+# 13. checked fields cannot be overridden ----------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(tags={"perfgate.ok": "true"}), "reserved"),
+    (dict(tags={"perfgate.arm": "candidate"}), "reserved"),
+    (dict(tags={"perfgate.group": "other"}), "reserved"),
+    (dict(tags={"mlflow.parentRunId": "x"}), "reserved"),
+    (dict(metrics={"latency_ms": -1}), "the attempt's own field"),
+    (dict(metrics={"quality": 1}), "the attempt's own field"),
+])
+def test_extra_tags_and_metrics_cannot_override_the_checked_fields(sqlite_uri, kwargs, needle):
+    with pytest.raises(InputError, match=needle):
+        pg.log_attempt("g", "baseline", CONDITIONS, ok=False, failure="boom", **kwargs)
+    assert MlflowClient().search_runs(["0"]) == []
+
+
+# 15. deletions are noticed ----------------------------------------------------------------------------
+
+def test_a_deleted_failure_still_counts_and_is_named(sqlite_uri):
+    log_series("deleted")
+    failure = pg.log_attempt("deleted", "candidate", CANDIDATE, ok=False, failure="segfault")
+    assert pg.evaluate_group("deleted")["decision"] == "reject"
+    MlflowClient().delete_run(failure)
+    result = pg.evaluate_group("deleted")
+    assert result["decision"] == "reject" and result["candidate"]["failed_runs"] == 1
+    assert any("deleted and still count" in w and failure in w for w in result["warnings"])
+
+
+def test_a_purged_failure_still_counts_from_the_last_decision(sqlite_uri):
+    log_series("purged")
+    failure = pg.log_attempt("purged", "candidate", CANDIDATE, ok=False, failure="segfault")
+    assert pg.evaluate_group("purged")["decision"] == "reject"
+    client = MlflowClient()
+    client.delete_run(failure)
+    subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", sqlite_uri, "--run-ids", failure],
+                   check=True, capture_output=True, timeout=300)
+    result = pg.evaluate_group("purged")
+    assert result["decision"] == "reject" and result["candidate"]["failure_reasons"] == ["segfault"]
+
+
+# 16 and 17 ---------------------------------------------------------------------------------------------
+
+def test_stale_after_must_be_positive(sqlite_uri, capsys):
+    code, _, err = run_cli(capsys, "evaluate", "--group", "g", "--stale-after", "0")
+    assert code == 2 and "--stale-after" in err
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("mode", ["silent", "reset"])
+def test_a_dead_or_silent_server_is_asked_once(proxied, capsys, mode):
+    proxied.mode = mode
+    code, _, err = run_cli(capsys, "evaluate", "--group", "g")
+    assert code == 2 and "could not be reached" in err
+    accepted = proxied.connections
+    code, _, err = run_cli(capsys, "record", "--group", "g", "--arm", "baseline", "--set", "model=m",
+                           "--latency-ms", "1", "--quality", "1")
+    assert code == 2 and "kept in the journal" in err
+    # one probe each, not MLflow's three tries of 15 s
+    assert proxied.connections - accepted <= 1 and accepted <= 1
