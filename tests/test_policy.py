@@ -39,7 +39,7 @@ def test_defaults_are_the_specifications_and_written_once():
     (dict(alpha=1.0), "alpha must be in the range (0, 1)"),
     (dict(confidence=0), "confidence must be in the range (0, 1)"),
     (dict(min_memory_reduction=1), "min_memory_reduction must be in the range [0, 1)"),
-    (dict(method="magic"), "method must be one of ['seed', 'robust']"),
+    (dict(method="magic"), "method must be one of ['seed', 'robust', 'paired']"),
     (dict(mode="sideways"), "mode must be one of"),
     (dict(objective="speed"), "objective must be one of ['latency', 'memory', 'throughput']"),
     (dict(objective="memory", method="robust"), "the memory objective is judged by the seed method"),

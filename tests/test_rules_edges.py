@@ -20,6 +20,7 @@ import pytest
 from mlflow_perfgate.rules import (
     RuleTypeError,
     changed_keys,
+    decide,
     design_single_variable_experiment,
     evaluate_regression,
     percentile,
@@ -945,6 +946,29 @@ def test_evaluate_all_candidate_attempts_failed_is_insufficient():
     assert (result["decision"], result["reason"]) == ("rerun", "insufficient_valid_runs")
     assert result["candidate"]["failure_rate"] == 1.0
     assert set(result) == SPEC_RESULT_KEYS
+
+
+def test_evaluate_all_candidate_attempts_failed_keeps_the_order_and_says_so():
+    # the specification's order: insufficient_valid_runs first, even for a candidate that never succeeded
+    # (the statistical methods reject it); the decision's messages say why there is nothing to read
+    result = decide(B5, failed_runs(5))
+    assert (result["decision"], result["reason"], result["method"]) == ("rerun", "insufficient_valid_runs", "seed")
+    assert result["messages"] == {
+        "candidate_failed_every_attempt": "NOTE: the candidate failed every one of its 5 attempts (timeout)"}
+    assert "candidate_failed_every_attempt" not in evaluate_regression(B5, failed_runs(5))
+    assert decide(B5, C5 + failed_runs(1))["messages"].keys() == set(CHECK_KEYS)
+
+
+def test_evaluate_compares_exactly_as_the_specification_does():
+    # ties of binary numbers stay ties in any unit (a difference over a median is correctly rounded)
+    for base, cand in [(100, 95), (200, 190), (2000, 1900), (60, 57), (20, 19), (1000, 950)]:
+        result = evaluate_regression(ok_runs([base] * 5), ok_runs([cand] * 5))
+        assert result["decision"] == "accept", (base, cand)
+    # 2.85 is no binary number: the double is 4.99999999999999970e-2 short of 5% faster than 3, and the
+    # specification's code rejects it; the seed method keeps that answer (no tolerance; the robust method
+    # and the objectives compare with one)
+    assert (3 - 2.85) / 3 < 0.05
+    assert evaluate_regression(ok_runs([3] * 5), ok_runs([2.85] * 5))["failed_checks"] == ["improvement_ok"]
 
 
 def test_evaluate_insufficient_comes_before_unreliable_baseline():

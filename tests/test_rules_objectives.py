@@ -97,3 +97,23 @@ def test_objective_for_signal():
     assert objective_for_signal("memory") == "memory"
     assert objective_for_signal("time") == "latency"
     assert objective_for_signal("none") == "latency"
+
+
+def test_objective_boundaries_decide_the_same_in_any_unit():
+    """Before: 3 -> 2.7 MiB (exactly 10% less) and 0.7 -> 0.91 ms (exactly 30% slower) were both refused."""
+    b = runs([0.7] * 5, peak_mem_mib=[3] * 5)
+    c = runs([0.91] * 5, peak_mem_mib=[2.7] * 5)
+    result = evaluate_objective(b, c, objective="memory")
+    assert result["memory_reduction"] == pytest.approx(0.10) and result["latency_cost"] == pytest.approx(0.30)
+    assert result["memory_reduction_ok"] and result["latency_cost_ok"] and result["decision"] == "accept"
+    for scale in (1, 10, 0.1, 7):
+        scaled = evaluate_objective(runs([100] * 5, peak_mem_mib=[30 * scale] * 5),
+                                    runs([130] * 5, peak_mem_mib=[27 * scale] * 5), objective="memory")
+        assert scaled["decision"] == "accept", scale
+    # exactly 5% more throughput at 3 tok/s (0.04999999999999997 as computed)
+    tp = evaluate_objective(runs(BASE_MS, throughput_tok_s=[3] * 5), runs(BASE_MS, throughput_tok_s=[3.15] * 5),
+                            objective="throughput")
+    assert tp["improvement_ok"] is True and tp["decision"] == "accept"
+    short = evaluate_objective(runs(BASE_MS, throughput_tok_s=[3] * 5), runs(BASE_MS, throughput_tok_s=[3.149] * 5),
+                               objective="throughput")
+    assert short["failed_checks"] == ["improvement_ok"]

@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu, norm
 
-from mlflow_perfgate.rules import evaluate_regression
+from mlflow_perfgate.rules import decide, evaluate_regression
+from mlflow_perfgate.rules._records import interval_text, level_text
 from mlflow_perfgate.rules._robust import (
+    ROBUST,
     _interval_rank,
     _u_null_cdf,
     evaluate_robust,
@@ -30,6 +32,7 @@ from mlflow_perfgate.rules._robust import (
     recommended_attempts,
 )
 from mlflow_perfgate.rules._sequential import alpha_spent, sequential_alpha, sequential_thresholds
+from mlflow_perfgate.rules._stats import min_attempts_mann_whitney
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE_MS = (100, 102, 99, 101, 100)
@@ -571,3 +574,105 @@ def test_robust_modules_load_neither_mlflow_nor_torch():
                                timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout.strip().splitlines()[-1]) == []
+
+
+# --- fixes found on the noise lab's samples (each case failed before) ---------------------------
+
+
+def test_a_candidate_that_failed_every_attempt_is_rejected_like_one_that_failed_some():
+    # before: rerun (insufficient_valid_runs), while one failure among 5 successes rejected
+    result = evaluate_robust(runs(BASELINE_MS), failed(5))
+    assert (result["decision"], result["reason"]) == ("reject", "unreliable_candidate")
+    assert result["failed_checks"] == ["failure_rate_ok"] and result["failure_rate_ok"] is False
+    assert result["recommended_attempts"] is None
+    message = decide(runs(BASELINE_MS), failed(5), method="robust")["messages"]["failure_rate_ok"]
+    assert message.startswith("FAILED: candidate failure rate 100.0% (5 of 5)")
+    assert "whatever further attempts bring: at least 5 of 10 = 50.0% even if the 5 attempts still needed" in message
+
+
+def test_known_failures_reject_once_no_further_attempt_can_pass():
+    # maximum_failure_rate 0: one failure among 4 successes rejects at once (a fifth success cannot help)
+    one = evaluate_robust(runs(BASELINE_MS), runs(CANDIDATE_MS[:4]) + failed(1))
+    assert (one["decision"], one["reason"]) == ("reject", "unreliable_candidate")
+    # maximum 0.5: 5 failures and the 5 successes still needed give 5 / 10, not above: rerun
+    half = evaluate_robust(runs(BASELINE_MS), failed(5), maximum_failure_rate=0.5)
+    assert (half["decision"], half["reason"]) == ("rerun", "insufficient_valid_runs")
+    # 6 failures: at best 6 / 11 > 0.5
+    more = evaluate_robust(runs(BASELINE_MS), failed(6), maximum_failure_rate=0.5)
+    assert (more["decision"], more["reason"]) == ("reject", "unreliable_candidate")
+    # an insufficient or unreliable baseline does not shield a hopeless candidate
+    assert evaluate_robust(runs(BASELINE_MS[:2]), failed(2))["decision"] == "reject"
+    assert evaluate_robust(runs(BASELINE_MS) + failed(1), runs(CANDIDATE_MS) + failed(1),
+                           maximum_failure_rate=0.1)["reason"] == "unreliable_candidate"
+    # maximum 1: failures never decide; the note says the candidate failed every attempt
+    tolerant = decide(runs(BASELINE_MS), failed(3, "oom"), method="robust", maximum_failure_rate=1.0)
+    assert (tolerant["decision"], tolerant["reason"]) == ("rerun", "insufficient_valid_runs")
+    assert tolerant["messages"]["candidate_failed_every_attempt"] == \
+        "NOTE: the candidate failed every one of its 3 attempts (oom)"
+    # enough successes: the full checks run and failure_rate_ok fails there, as before
+    full = evaluate_robust(runs(BASELINE_MS), runs(CANDIDATE_MS) + failed(1))
+    assert full["reason"] == "declared_thresholds_checked" and "failure_rate_ok" in full["failed_checks"]
+
+
+@pytest.mark.parametrize("scale", [1, 2, 0.5, 10, 1.9, 0.37, 1000])
+def test_a_ratio_exactly_at_the_threshold_decides_the_same_in_any_unit(scale):
+    # before: 200 vs 190 ms rejected while 100 vs 95 accepted (their log ratios round apart)
+    faster = evaluate_robust(runs([100 * scale] * 10), runs([95 * scale] * 10))
+    assert faster["improvement_ok"] is True and faster["decision"] == "accept"
+    assert faster["ratio_estimate"] == pytest.approx(0.95, rel=1e-12)
+    slower = evaluate_robust(runs([100 * scale] * 10), runs([105 * scale] * 10), mode="non_regression",
+                             maximum_p95_ratio=1.5)
+    assert slower["no_regression_ok"] is True and slower["decision"] == "accept"
+    over = evaluate_robust(runs([100 * scale] * 10), runs([105.01 * scale] * 10), mode="non_regression",
+                           maximum_p95_ratio=1.5)
+    assert over["decision"] == "reject"
+
+
+def test_advice_never_below_the_fewest_attempts_that_can_reach_alpha():
+    # 1 / C(2n, n) < alpha: 1/20 = 0.05 is not below 0.05; 1/2 is not below 0.5; 1/924 is not below 0.001
+    assert [min_attempts_mann_whitney(a) for a in (0.02, 0.05, 0.0501, 0.5, 0.51, 1e-3)] == [4, 4, 3, 2, 1, 7]
+    # 2 attempts per arm can never give p < 0.02 (the smallest is 1/6): before, the advice was 3
+    two = evaluate_robust(runs([100, 101]), runs([50, 51]), min_valid_runs=2)
+    assert two["decision"] == "rerun" and two["recommended_attempts"] >= 4
+    three = evaluate_robust(runs([100, 101, 99]), runs([60, 70, 80]), min_valid_runs=3)
+    assert three["decision"] == "rerun" and three["recommended_attempts"] >= 4
+    # at the first of four looks the spent alpha is far smaller, and so is the smallest p-value needed
+    first = decide(runs([100, 101, 99, 102, 98]), runs([60, 70, 80, 65, 75]), method="robust", look=1, max_looks=4)
+    n = first["recommended_attempts"]
+    assert first["decision"] == "rerun" and n >= min_attempts_mann_whitney(first["alpha"])
+    assert 1 / math.comb(2 * n, n) < first["alpha"]
+
+
+def test_messages_say_above_or_below_alpha_truthfully():
+    rng = np.random.default_rng(11)
+    base, cand = lognormal(rng, 5, sigma=0.15), lognormal(rng, 5, 0.93, sigma=0.15)
+    undecided = decide(runs(base), runs(cand), method="robust")
+    assert undecided["p_value"] > 0.02
+    text = undecided["messages"]["improvement_ok"]
+    assert f"p = {undecided['p_value']:.3g} above alpha 0.02" in text and "below alpha" not in text
+    accepted = decide(runs(BASELINE_MS), runs(CANDIDATE_MS), method="robust")
+    assert f"p = {accepted['p_value']:.3g} below alpha 0.02" in accepted["messages"]["improvement_ok"]
+    # a slower candidate at a spent first look: before, "p = 0.998 below alpha 0.00043"
+    slow = decide(runs(BASELINE_MS * 2), runs([v * 1.2 for v in BASELINE_MS * 2]), method="robust", look=1,
+                  max_looks=3)
+    assert slow["p_value"] > 0.99 and slow["alpha"] < 0.001
+    assert f"above alpha {slow['alpha']:.3g}" in slow["messages"]["improvement_ok"]
+    assert "p = 1 above alpha 0.02" in accepted["messages"]["p95_ok"]
+
+
+def test_an_unbounded_interval_and_odd_levels_read_sensibly():
+    one = decide(runs([100]), runs([50]), method="robust", min_valid_runs=1)
+    text = one["messages"]["improvement_ok"]
+    assert "90% interval unbounded on both sides: too few attempts for a bound" in text
+    assert "n/a" not in text and "unbounded to unbounded" not in text
+    assert interval_text(None, 0.98, 0.9) == "90% interval unbounded below, up to 0.980"
+    assert interval_text(0.91, None, 0.9) == "90% interval from 0.910, unbounded above"
+    assert interval_text(0.91, 0.98, 0.95) == "95% interval 0.910 to 0.980"
+    for confidence, text in [(0.9, "90%"), (0.95, "95%"), (0.999, "99.9%"), (0.99996, "99.996%"),
+                             (1 - 2e-12, "99.9999999998%"), (1e-12, "0.0000000001%"), (0.5, "50%")]:
+        assert level_text(confidence) == text
+    # a companion that computed nothing says so, not "n/a% interval n/a to n/a"
+    early = decide(runs(BASELINE_MS[:2]), runs(CANDIDATE_MS[:2]), method="seed")
+    assert ROBUST.describe(early["robust"]) == "no statistics computed (insufficient_valid_runs)"
+    late = decide(runs(BASELINE_MS), runs(CANDIDATE_MS), method="seed", look=1, max_looks=10)
+    assert "100%" not in ROBUST.describe(late["robust"]) and "0%" not in ROBUST.describe(late["robust"])

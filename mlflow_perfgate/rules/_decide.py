@@ -15,10 +15,18 @@ __all__ = ["METHODS", "companion", "decide", "judge"]
 
 
 def companion(decision: Decision, method: Method) -> dict[str, Any]:
-    """A method's short answer beside another's: its decision, reason and declared figures."""
+    """A method's short answer beside another's: its decision, reason and declared figures.
+
+    A method whose rule handed the decision to another (the paired method without ABBA rounds
+    answers with the robust method's decision) has no figures of its own to show: its summary
+    says ``judged_by`` that method and carries the decision's notes (``note``), so the other
+    method's figures are never logged under its metric names.
+    """
+    summary = {"decision": decision.verdict, "reason": decision.reason}
+    if decision.method != method.name:
+        return {**summary, "judged_by": decision.method, "note": "; ".join(decision.notes.values())}
     values = {**decision.figures, **decision.advice}
-    return {"decision": decision.verdict, "reason": decision.reason,
-            **{figure.name: values[figure.name] for figure in method.figures if figure.name in values}}
+    return {**summary, **{figure.name: values[figure.name] for figure in method.figures if figure.name in values}}
 
 
 def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: int | None = None,
@@ -70,8 +78,10 @@ def decide(baseline_runs: list, candidate_runs: list, *, objective: str = "laten
 
     - ``objective="latency"``: ``method="seed"`` is the specification's rule, exact
       (:func:`evaluate_regression`; in ``mode="non_regression"``
-      :func:`evaluate_seed_non_regression`); ``method="robust"`` is :func:`evaluate_robust`.
-      Both are computed and the other's figures are kept under ``seed`` / ``robust``.
+      :func:`evaluate_seed_non_regression`); ``method="robust"`` is :func:`evaluate_robust`;
+      ``method="paired"`` judges the ABBA rounds' within-round ratios (``_paired.paired_rule``;
+      without rounds it answers with the robust decision, ``method`` then ``"robust"``). All
+      are computed and the others' figures are kept under ``seed`` / ``robust`` / ``paired``.
     - ``objective="memory"`` or ``"throughput"``: :func:`evaluate_objective` (improvement
       mode, the specification-style rule on the objective's figure).
 

@@ -9,6 +9,7 @@ those) and judge the objective's own figure. Latency stays the default.
 
 from __future__ import annotations
 
+from ._checks import REL_TOL, above, below
 from ._errors import typed_inputs
 from ._policy import DEFAULT_THRESHOLDS, MODES, Policy, Setting
 from ._records import ArmSummary, Check, pct
@@ -50,7 +51,10 @@ def memory_checks(b: ArmSummary, c: ArmSummary, policy: Policy) -> tuple[list[Ch
     ``memory_reduction_ok``: the candidate's median ``peak_mem_mib`` falls by at least
     ``min_memory_reduction``; ``latency_cost_ok``: its median latency rises by at most
     ``maximum_latency_cost``; ``p95_ok``: its latency P95 is at most ``maximum_p95_ratio * (1 +
-    maximum_latency_cost)`` times the baseline's (the tail bounded by the same budget).
+    maximum_latency_cost)`` times the baseline's (the tail bounded by the same budget). Each
+    comparison allows the relative tolerance ``REL_TOL`` (1e-9; ``1.05 * 1.3`` is
+    ``1.3650000000000002``), relative to the numbers compared and, for a reduction or a cost,
+    to 1 (they are differences of ratios near 1).
     """
     b_mem, c_mem = b.figures["median_peak_mem_mib"], c.figures["median_peak_mem_mib"]
     reduction = (b_mem - c_mem) / b_mem
@@ -58,18 +62,18 @@ def memory_checks(b: ArmSummary, c: ArmSummary, policy: Policy) -> tuple[list[Ch
     limit = policy.maximum_p95_ratio * (1 + policy.maximum_latency_cost)
     ratio = c.p95_ms / b.p95_ms
     checks = [
-        Check.build("p95_ok", ratio <= limit,
+        Check.build("p95_ok", not above(ratio, limit, REL_TOL),
                     {"candidate": c.p95_ms, "baseline": b.p95_ms, "ratio": ratio, "limit": limit},
                     lambda f: (f"candidate latency P95 {f['candidate']:.4g} ms is {f['ratio']:.3f}x baseline "
                                f"{f['baseline']:.4g} ms; limit maximum_p95_ratio x (1 + maximum_latency_cost) "
                                f"= {f['limit']:.3f}")),
-        Check.build("memory_reduction_ok", reduction >= policy.min_memory_reduction,
+        Check.build("memory_reduction_ok", not below(reduction, policy.min_memory_reduction, REL_TOL, 1.0),
                     {"candidate": c_mem, "baseline": b_mem, "reduction": reduction,
                      "threshold": policy.min_memory_reduction},
                     lambda f: (f"candidate median peak memory {f['candidate']:.4g} MiB against baseline "
                                f"{f['baseline']:.4g} MiB is a reduction of {pct(f['reduction'])}; required "
                                f"min_memory_reduction {pct(f['threshold'])}")),
-        Check.build("latency_cost_ok", cost <= policy.maximum_latency_cost,
+        Check.build("latency_cost_ok", not above(cost, policy.maximum_latency_cost, REL_TOL, 1.0),
                     {"candidate": c.median_ms, "baseline": b.median_ms, "cost": cost,
                      "threshold": policy.maximum_latency_cost},
                     lambda f: (f"candidate median latency {f['candidate']:.4g} ms against baseline "
@@ -102,7 +106,8 @@ def throughput_checks(b: ArmSummary, c: ArmSummary, policy: Policy) -> tuple[lis
     The noise is ``(median - P5) / median`` of the baseline's throughput (its slow tail), the
     required improvement ``max(min_improvement, noise)``, the observed one ``(candidate median -
     baseline median) / baseline median`` (``improvement_ok``), and the tail check ``candidate P5
-    / baseline P5 >= 1 / maximum_p95_ratio`` (``p95_ok``).
+    / baseline P5 >= 1 / maximum_p95_ratio`` (``p95_ok``). Each comparison allows the relative
+    tolerance ``REL_TOL`` (1e-9), relative to the numbers compared and, for the improvement, to 1.
     """
     b_tp, c_tp = b.figures["median_throughput_tok_s"], c.figures["median_throughput_tok_s"]
     b_p5, c_p5 = b.figures["p5_throughput_tok_s"], c.figures["p5_throughput_tok_s"]
@@ -111,12 +116,12 @@ def throughput_checks(b: ArmSummary, c: ArmSummary, policy: Policy) -> tuple[lis
     observed = (c_tp - b_tp) / b_tp
     ratio = c_p5 / b_p5
     checks = [
-        Check.build("p95_ok", ratio >= 1 / policy.maximum_p95_ratio,
+        Check.build("p95_ok", not below(ratio, 1 / policy.maximum_p95_ratio, REL_TOL),
                     {"candidate": c_p5, "baseline": b_p5, "ratio": ratio, "limit": 1 / policy.maximum_p95_ratio},
                     lambda f: (f"candidate P5 throughput {f['candidate']:.4g} tok/s is {f['ratio']:.3f}x "
                                f"baseline {f['baseline']:.4g} tok/s; at least 1 / maximum_p95_ratio = "
                                f"{f['limit']:.3f}")),
-        Check.build("improvement_ok", observed >= required,
+        Check.build("improvement_ok", not below(observed, required, REL_TOL, 1.0),
                     {"candidate": c_tp, "baseline": b_tp, "observed": observed, "required": required,
                      "noise": noise},
                     lambda f: (f"candidate median throughput {f['candidate']:.4g} tok/s against baseline "

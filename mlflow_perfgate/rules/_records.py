@@ -8,6 +8,7 @@ specification and of the first release, key for key.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -24,6 +25,8 @@ __all__ = [
     "STATUS_WORDS",
     "VERDICTS",
     "headline",
+    "interval_text",
+    "level_text",
     "ms",
     "pct",
     "ratio_text",
@@ -37,6 +40,8 @@ STATUS_WORDS = MappingProxyType({True: "ok", False: "FAILED", None: "INCONCLUSIV
 REASONS = MappingProxyType({
     "insufficient_valid_runs": "an arm has fewer successful attempts than min_valid_runs",
     "unreliable_baseline": "the baseline's own failure rate exceeds maximum_failure_rate",
+    "unreliable_candidate": "the candidate's failures exceed maximum_failure_rate even if the attempts still "
+                            "needed all succeed",
     "attempts_in_progress": "some attempts are still running; evaluate again when they end",
     "declared_thresholds_checked": "every declared threshold was checked",
     "inconclusive": "the interval cannot yet tell whether the declared threshold is met",
@@ -71,6 +76,40 @@ def ms(value) -> str:
 def ratio_text(value) -> str:
     """A bound of a ratio interval, ``unbounded`` for ``None``."""
     return "unbounded" if value is None else f"{value:.3f}"
+
+
+def level_text(confidence) -> str:
+    """A confidence as a percentage that never rounds to ``0%`` or ``100%``: ``90%``, ``99.996%``.
+
+    Enough decimals to show the smaller of the confidence and its complement to two significant
+    digits; trailing zeros dropped. ``n/a`` for ``None``.
+    """
+    if confidence is None:
+        return "n/a"
+    percent = confidence * 100
+    smaller = min(percent, 100 - percent)
+    digits = 0 if smaller <= 0 else max(0, 1 - math.floor(math.log10(smaller)))
+    text = f"{percent:.{digits}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def interval_text(low, high, confidence) -> str:
+    """A ratio interval in words, saying which side is unbounded (``None``) rather than ``n/a``.
+
+    ``90% interval 0.912 to 0.988``; ``90% interval unbounded below, up to 0.988``; ``90%
+    interval from 0.912, unbounded above``; ``90% interval unbounded on both sides: too few
+    attempts for a bound``.
+    """
+    level = level_text(confidence)
+    if low is None and high is None:
+        return f"{level} interval unbounded on both sides: too few attempts for a bound"
+    if low is None:
+        return f"{level} interval unbounded below, up to {ratio_text(high)}"
+    if high is None:
+        return f"{level} interval from {ratio_text(low)}, unbounded above"
+    return f"{level} interval {ratio_text(low)} to {ratio_text(high)}"
 
 
 def _frozen(mapping: Mapping | None) -> Mapping:
@@ -233,6 +272,9 @@ class Decision:
             ``contention`` (indices of flagged attempts per arm), where the rule gives them.
         companions: for an objective judged by several methods, each method's short answer and
             figures (``{"seed": {...}, "robust": {...}}``), whichever decided.
+        notes: what the decision says beyond its checks, by name (the candidate failed every
+            attempt; the paired method had no ABBA rounds and handed over to the robust one);
+            each text starts with ``NOTE:`` and follows the checks' messages in :attr:`messages`.
     """
 
     verdict: str
@@ -246,6 +288,7 @@ class Decision:
     objective: str = "latency"
     advice: Mapping[str, Any] = field(default_factory=dict)
     companions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    notes: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def failed_checks(self) -> list[str]:
@@ -254,8 +297,8 @@ class Decision:
 
     @property
     def messages(self) -> dict[str, str]:
-        """``{check name: message}`` in the order of the checks."""
-        return {check.name: check.message for check in self.checks}
+        """``{check name: message}`` in the order of the checks, then the notes."""
+        return {**{check.name: check.message for check in self.checks}, **self.notes}
 
     def check(self, name: str) -> Check | None:
         """The check of that name, or ``None`` when it did not run."""
@@ -273,7 +316,8 @@ class Decision:
         Returns:
             ``baseline`` and ``candidate`` summaries, the labels, ``decision``, ``reason``; when
             the checks ran, each check's flag under its name and ``failed_checks``; the figures;
-            the advice; ``messages``; and each companion under its method's name.
+            the advice; ``messages`` (the checks' and the notes); and each companion under its
+            method's name.
         """
         result = {"baseline": self.baseline.to_dict(), "candidate": self.candidate.to_dict()}
         for label in labels:

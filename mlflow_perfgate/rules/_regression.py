@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ._checks import decided, failure_rate_check, precondition, quality_check, tail_check
+from ._checks import decided, failure_notes, failure_rate_check, precondition, quality_check, tail_check
 from ._errors import RuleTypeError, check_finite, typed_inputs
 from ._policy import DEFAULT_THRESHOLDS, SPEC_THRESHOLDS, Policy, check_settings
 from ._records import ArmSummary, Check, Decision, ms, pct
@@ -129,9 +129,13 @@ def seed_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective
     """The specification's rule on any objective: preconditions, failure rate, quality, the objective's checks.
 
     Any failed check rejects; the looks of a sequential comparison change nothing here (the
-    specification's rule has no error rate to spend).
+    specification's rule has no error rate to spend). The specification's order is kept
+    exactly: a candidate that failed every attempt gets ``rerun`` (``insufficient_valid_runs``,
+    the first precondition), where the statistical methods reject it; the decision's notes
+    (its ``messages``, so the report) say that the candidate failed every attempt. Comparisons
+    are exact, as in the specification (see ``_checks``).
     """
-    labels = {"method": "seed", "mode": policy.mode, "objective": objective.name}
+    labels = {"method": "seed", "mode": policy.mode, "objective": objective.name, "notes": failure_notes(b, c)}
     reason = precondition(b, c, policy.min_valid_runs, policy.maximum_failure_rate)
     if reason is not None:
         return Decision("rerun", reason, b, c, **labels)

@@ -23,20 +23,35 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from ._checks import contention_flags, failure_rate_check, precondition, quality_check, verdict_of
-from ._checks import tail_text as spec_tail_text
+from ._checks import (
+    REL_TOL,
+    above,
+    below,
+    contention_flags,
+    exceedance_tail_check,
+    exceedance_tail_text,
+    failure_notes,
+    failure_rate_check,
+    hopeless_failures_check,
+    p_value_text,
+    precondition,
+    quality_check,
+    verdict_of,
+)
 from ._errors import RuleTypeError, typed_inputs
 from ._policy import MODES, Policy
 from ._explain import common_messages
-from ._records import STATUS_WORDS, ArmSummary, Check, Decision, pct, ratio_text
+from ._records import STATUS_WORDS, ArmSummary, Check, Decision, interval_text, pct
 from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._regression import evaluate_seed_non_regression
 from ._sequential import sequential_thresholds
 from ._stats import (
-    exceedance_p_value,
     flag_contention,
     hodges_lehmann_ratio,
     interval_rank as _interval_rank,
+    log_latencies,
+    log_shift,
+    min_attempts_mann_whitney,
     recommended_attempts,
     u_null_cdf as _u_null_cdf,
 )
@@ -44,11 +59,14 @@ from ._stats import (
 __all__ = [
     "MODES",
     "ROBUST",
+    "advice_floor",
     "evaluate_robust",
     "evaluate_seed_non_regression",
     "explain_robust_checks",
     "flag_contention",
     "hodges_lehmann_ratio",
+    "improvement_verdict",
+    "no_regression_verdict",
     "recommended_attempts",
     "robust_rule",
 ]
@@ -56,22 +74,57 @@ _ = (_interval_rank, _u_null_cdf)  # kept importable from here, where the first 
 
 
 def _interval_text(f: Mapping) -> str:
-    return (f"ratio candidate/baseline {f['ratio']:.3f} ({f['confidence'] * 100:g}% interval "
-            f"{ratio_text(f['low'])} to {ratio_text(f['high'])}, Hodges-Lehmann)")
+    return (f"ratio candidate/baseline {f['ratio']:.3f} ({interval_text(f['low'], f['high'], f['confidence'])}, "
+            f"Hodges-Lehmann)")
 
 
 def _tail_text(f: Mapping) -> str:
-    return f"{spec_tail_text(f)}, tail test p = {f['p_value']:.3g} against alpha {f['alpha']:g}"
+    return exceedance_tail_text(f)
 
 
 def _improvement_text(f: Mapping) -> str:
     return (f"{_interval_text(f)}, an improvement of {pct(1 - f['ratio'])}; required {pct(f['required'])} "
-            f"with one-sided Mann-Whitney p = {f['p_value']:.3g} below alpha {f['alpha']:g}")
+            f"and one-sided Mann-Whitney {p_value_text(f['p_value'], f['alpha'])}")
 
 
 def _no_regression_text(f: Mapping) -> str:
     return (f"{_interval_text(f)} against the allowed slowdown 1 + margin = {1 + f['margin']:.3f}; "
             f"one-sided Mann-Whitney p (slower) = {f['p_value']:.3g}")
+
+
+def improvement_verdict(ratio: float, low: float | None, p_value: float, alpha: float,
+                        min_improvement: float) -> bool | None:
+    """``improvement_ok`` of a statistical method (robust, paired), with :data:`REL_TOL` in each comparison.
+
+    ``True`` when significant (``p_value`` below ``alpha``) and the estimate shows at least
+    ``min_improvement`` (``ratio <= 1 - min_improvement``); ``False`` when the interval rules
+    such an improvement out (``low > 1 - min_improvement``); ``None`` otherwise.
+    """
+    bar = 1 - min_improvement
+    if below(p_value, alpha) and not above(ratio, bar):
+        return True
+    if low is not None and above(low, bar):
+        return False
+    return None
+
+
+def no_regression_verdict(low: float | None, high: float | None, margin: float) -> bool | None:
+    """``no_regression_ok`` of a statistical method: the interval against ``1 + margin``, with :data:`REL_TOL`.
+
+    ``False`` when the interval lies above ``1 + margin``, ``True`` when it lies at or below it,
+    ``None`` when it straddles it (or is unbounded on the side that matters).
+    """
+    bar = 1 + margin
+    if low is not None and above(low, bar):
+        return False
+    if high is not None and not above(high, bar):
+        return True
+    return None
+
+
+def advice_floor(attempts: int | None, floor: int) -> int | None:
+    """``attempts`` raised to ``floor`` (the fewest with which the test can decide at all), capped at 1000."""
+    return None if attempts is None else min(1000, max(attempts, floor))
 
 
 def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, *, look: int | None = None,
@@ -80,10 +133,14 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
 
     Preconditions as in :func:`evaluate_regression`: both arms need ``min_valid_runs``
     successful attempts (else ``rerun``, ``insufficient_valid_runs``) and the baseline's failure
-    rate may not exceed ``maximum_failure_rate`` (else ``rerun``, ``unreliable_baseline``).
-    Then these checks, each with its own flag: ``True`` passed, ``False`` failed (the decision
-    is ``reject``), ``None`` undecided (the decision is ``rerun`` with reason ``inconclusive``
-    when nothing failed):
+    rate may not exceed ``maximum_failure_rate`` (else ``rerun``, ``unreliable_baseline``),
+    with one exception: where a precondition would answer ``rerun`` but the candidate's
+    failures already exceed ``maximum_failure_rate`` even if the attempts still needed to reach
+    ``min_valid_runs`` all succeed (:func:`hopeless_failures_check`), the answer is ``reject``
+    (reason ``unreliable_candidate``, the one check ``failure_rate_ok``): more attempts cannot
+    change it. Then these checks, each with its own flag: ``True`` passed, ``False`` failed
+    (the decision is ``reject``), ``None`` undecided (the decision is ``rerun`` with reason
+    ``inconclusive`` when nothing failed):
 
     - ``failure_rate_ok`` and ``quality_ok``: the specification's, unchanged.
     - ``p95_ok``: fails when the candidate's P95 exceeds ``maximum_p95_ratio`` times the
@@ -104,6 +161,10 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
     - ``no_regression_ok`` (mode ``"non_regression"``): ``False`` when the interval shows a
       slowdown beyond the margin (``ratio_ci_low > 1 + margin``), ``True`` when it rules one
       out (``ratio_ci_high <= 1 + margin``), ``None`` when it straddles ``1 + margin``.
+
+    Every threshold comparison allows a relative tolerance of :data:`REL_TOL` (1e-9), so a
+    ratio exactly at its threshold decides the same in any unit (190 / 200 and 95 / 100 ms are
+    both exactly 5% faster; their log ratios round apart).
 
     The ratio is Hodges-Lehmann's on log latencies (:func:`hodges_lehmann_ratio`), every
     successful attempt included; attempts that look contended are flagged
@@ -130,7 +191,10 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
         candidate in ``"improvement"`` and a slower one in ``"non_regression"``),
         ``ratio_estimate``, ``ratio_ci_low``, ``ratio_ci_high`` (``None`` where unbounded),
         ``p95_ratio`` and ``p95_p_value``; its advice ``recommended_attempts`` (on an
-        ``inconclusive`` or ``insufficient_valid_runs`` rerun when estimable) and ``contention``.
+        ``inconclusive`` or ``insufficient_valid_runs`` rerun when estimable; never below the
+        fewest attempts per arm with which the test at its level can decide at all,
+        :func:`min_attempts_mann_whitney`: 4 at ``alpha = 0.02``) and ``contention``; its notes
+        say when an arm failed every attempt.
     """
     from scipy.stats import mannwhitneyu
 
@@ -138,17 +202,24 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
     if look is not None and max_looks is not None and max_looks > 1:
         spent = sequential_thresholds(look, max_looks, alpha=alpha, confidence=confidence)
         alpha, confidence = spent["alpha"], spent["confidence"]
-    labels = {"method": "robust", "mode": policy.mode, "objective": objective.name}
+    labels = {"method": "robust", "mode": policy.mode, "objective": objective.name,
+              "notes": failure_notes(b, c)}
     base_ms, cand_ms = list(b.latencies), list(c.latencies)
     boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
     tail_alpha = (1 - confidence) / 2
-    reason = precondition(b, c, policy.min_valid_runs, policy.maximum_failure_rate)
+    hopeless = hopeless_failures_check(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
+    reason = precondition(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
+    if hopeless is not None and reason is not None:
+        return Decision("reject", "unreliable_candidate", b, c, (hopeless,),
+                        figures={"maximum_failure_rate": policy.maximum_failure_rate},
+                        advice={"recommended_attempts": None}, **labels)
     if reason == "insufficient_valid_runs":
-        estimate = None
+        recommended = None
         if min(len(base_ms), len(cand_ms)) >= 2:
-            estimate = recommended_attempts(base_ms, cand_ms, margin=boundary, alpha=tail_alpha)
-        advice = {"recommended_attempts": None if estimate is None else max(estimate, policy.min_valid_runs)}
-        return Decision("rerun", reason, b, c, advice=advice, **labels)
+            ratio = math.exp(log_shift(log_latencies(base_ms, "baseline"), log_latencies(cand_ms, "candidate"),
+                                       None)[0])
+            recommended = _advice(base_ms, cand_ms, ratio, policy, alpha, tail_alpha, policy.min_valid_runs)
+        return Decision("rerun", reason, b, c, advice={"recommended_attempts": recommended}, **labels)
     if reason is not None:
         return Decision("rerun", reason, b, c, advice={"recommended_attempts": None}, **labels)
 
@@ -157,45 +228,22 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
     interval = hodges_lehmann_ratio(base_ms, cand_ms, confidence=confidence)
     ratio, low, high = interval["ratio_estimate"], interval["ratio_ci_low"], interval["ratio_ci_high"]
 
-    p95_bar = policy.maximum_p95_ratio * b.p95_ms
-    above = sum(value > p95_bar for value in cand_ms)
-    p95_rank = max(1, math.ceil(len(base_ms) * 0.95))  # the nearest rank of the baseline's P95
-    p95_p_value = exceedance_p_value(len(base_ms), p95_rank, len(cand_ms), above)
-    p95_ratio = c.p95_ms / b.p95_ms
-    tail = Check.build("p95_ok", p95_ratio <= policy.maximum_p95_ratio or p95_p_value >= alpha,
-                       {"candidate": c.p95_ms, "baseline": b.p95_ms, "ratio": p95_ratio,
-                        "threshold": policy.maximum_p95_ratio, "p_value": p95_p_value, "alpha": alpha},
-                       _tail_text)
+    tail = exceedance_tail_check(b, c, policy.maximum_p95_ratio, alpha, REL_TOL)
     shift = {"ratio": ratio, "low": low, "high": high, "confidence": confidence, "p_value": p_value}
     if policy.mode == "improvement":
-        if p_value < alpha and 1 - ratio >= policy.min_improvement:
-            passed = True
-        elif low is not None and low > 1 - policy.min_improvement:
-            passed = False
-        else:
-            passed = None
+        passed = improvement_verdict(ratio, low, p_value, alpha, policy.min_improvement)
         main = Check.build("improvement_ok", passed, {**shift, "required": policy.min_improvement, "alpha": alpha},
                            _improvement_text)
     else:
-        if low is not None and low > 1 + policy.margin:
-            passed = False
-        elif high is not None and high <= 1 + policy.margin:
-            passed = True
-        else:
-            passed = None
+        passed = no_regression_verdict(low, high, policy.margin)
         main = Check.build("no_regression_ok", passed, {**shift, "margin": policy.margin}, _no_regression_text)
-    checks = (failure_rate_check(b, c, policy.maximum_failure_rate),
-              quality_check(b, c, policy.quality_tolerance), tail, main)
+    checks = (failure_rate_check(b, c, policy.maximum_failure_rate, REL_TOL),
+              quality_check(b, c, policy.quality_tolerance, REL_TOL), tail, main)
     verdict, reason = verdict_of(list(checks))
     recommended = None
     if reason == "inconclusive":
-        if policy.mode == "improvement" and 1 - ratio >= policy.min_improvement:
-            # large enough already: what is missing is significance against "no change"
-            estimate = recommended_attempts(base_ms, cand_ms, margin=0.0, alpha=alpha)
-        else:
-            estimate = recommended_attempts(base_ms, cand_ms, margin=boundary, alpha=tail_alpha)
-        if estimate is not None:
-            recommended = max(estimate, min(len(base_ms), len(cand_ms)) + 1)
+        recommended = _advice(base_ms, cand_ms, ratio, policy, alpha, tail_alpha,
+                              min(len(base_ms), len(cand_ms)) + 1)
     figures = {
         "baseline_noise": (b.p95_ms - b.median_ms) / b.median_ms,
         "observed_improvement": (b.median_ms - c.median_ms) / b.median_ms,
@@ -209,22 +257,35 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
         "ratio_estimate": ratio,
         "ratio_ci_low": low,
         "ratio_ci_high": high,
-        "p95_ratio": p95_ratio,
-        "p95_p_value": p95_p_value,
+        "p95_ratio": tail.figures["ratio"],
+        "p95_p_value": tail.figures["p_value"],
     }
     advice = {"recommended_attempts": recommended, "contention": contention_flags(b, c)}
     return Decision(verdict, reason, b, c, checks, figures=figures, advice=advice, **labels)
 
 
-def _describe(s: Mapping) -> str:
-    def fmt(value):
-        return "n/a" if value is None else f"{value:.4g}"
+def _advice(base_ms: list, cand_ms: list, ratio: float, policy: Policy, alpha: float, tail_alpha: float,
+            at_least: int) -> int | None:
+    """Attempts per arm likely to settle it, never below ``at_least`` nor the fewest that can reach the level.
 
-    confidence = s.get("confidence")
-    level = "n/a" if confidence is None else f"{confidence * 100:.4g}"
-    return (f"one-sided Mann-Whitney p = {fmt(s.get('p_value'))}; candidate/baseline ratio "
-            f"{fmt(s.get('ratio_estimate'))}, {level}% interval {fmt(s.get('ratio_ci_low'))} to "
-            f"{fmt(s.get('ratio_ci_high'))} (Hodges-Lehmann)")
+    In improvement mode with an estimate already large enough, what is missing is significance
+    against "no change" at ``alpha``; otherwise the interval must clear the boundary, each tail
+    at ``tail_alpha``.
+    """
+    if policy.mode == "improvement" and not above(ratio, 1 - policy.min_improvement):
+        estimate, level = recommended_attempts(base_ms, cand_ms, margin=0.0, alpha=alpha), alpha
+    else:
+        boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
+        estimate, level = recommended_attempts(base_ms, cand_ms, margin=boundary, alpha=tail_alpha), tail_alpha
+    return advice_floor(estimate, max(at_least, min_attempts_mann_whitney(level)))
+
+
+def _describe(s: Mapping) -> str:
+    if s.get("p_value") is None or s.get("ratio_estimate") is None:
+        return f"no statistics computed ({s.get('reason')})"
+    interval = interval_text(s.get("ratio_ci_low"), s.get("ratio_ci_high"), s.get("confidence"))
+    return (f"one-sided Mann-Whitney p = {s['p_value']:.4g}; candidate/baseline ratio "
+            f"{s['ratio_estimate']:.4g}, {interval} (Hodges-Lehmann)")
 
 
 #: The robust method's entry in the method registry.

@@ -14,17 +14,28 @@ import numpy as np
 from ._errors import InputError, check_finite, check_unit_interval
 
 __all__ = [
+    "LOG_RATIO_DECIMALS",
     "MAD_TO_SIGMA",
     "exceedance_p_value",
     "flag_contention",
+    "hodges_lehmann_paired_ratio",
     "hodges_lehmann_ratio",
     "interval_rank",
     "log_latencies",
+    "log_ratios",
     "log_shift",
+    "min_attempts_mann_whitney",
+    "min_pairs_signed_rank",
     "nearest_rank",
+    "paired_log_shift",
     "recommended_attempts",
+    "recommended_pairs",
     "robust_sigma",
+    "signed_rank_interval_rank",
+    "signed_rank_null_cdf",
+    "signed_rank_test",
     "u_null_cdf",
+    "walsh_averages",
 ]
 
 #: ``1.4826 * MAD`` estimates the standard deviation of a normal sample (1 / Phi^-1(3/4)).
@@ -36,6 +47,14 @@ _MWU_EFFICIENCY = 3 / math.pi
 _EXACT_U_MAX = 50
 #: The most attempts per arm :func:`recommended_attempts` returns.
 _MAX_RECOMMENDED = 1000
+#: Up to this many pairs the signed-rank interval uses the exact null distribution of the
+#: signed-rank statistic (a cached table of n(n+1)/2 + 1 cells); above, its normal
+#: approximation. ``scipy.stats.wilcoxon`` switches its p-value at the same size.
+_EXACT_W_MAX = 50
+#: Within-pair log ratios are rounded to this many decimals (a ratio to about 1e-12), so that
+#: pairs with the same ratio tie exactly whatever the unit (log 190 - log 200 and log 95 -
+#: log 100 differ in their last bits) and a pair of equal latencies is a zero.
+LOG_RATIO_DECIMALS = 12
 
 
 def _norm():
@@ -287,3 +306,235 @@ def nearest_rank(ordered, fraction: float):
     is always one of the samples, never an interpolation. Callers validate the samples.
     """
     return ordered[max(0, math.ceil(len(ordered) * fraction) - 1)]
+
+
+
+# --- paired samples: the Wilcoxon signed-rank test and its Hodges-Lehmann interval -------------
+
+
+def log_ratios(baseline_latencies, candidate_latencies) -> np.ndarray:
+    """``log(candidate_i) - log(baseline_i)`` for each pair, rounded to :data:`LOG_RATIO_DECIMALS` decimals.
+
+    Raises:
+        InputError: the two lists differ in length, or a latency is not a finite number > 0.
+    """
+    base = log_latencies(baseline_latencies, "baseline_latencies")
+    cand = log_latencies(candidate_latencies, "candidate_latencies")
+    if base.size != cand.size:
+        raise InputError(f"paired latencies must come in pairs, got {base.size} baseline and {cand.size} "
+                         f"candidate latencies")
+    return np.round(cand - base, LOG_RATIO_DECIMALS)
+
+
+@functools.lru_cache(maxsize=64)
+def signed_rank_null_cdf(n: int) -> np.ndarray:
+    """Exact null CDF of the Wilcoxon signed-rank statistic ``T+`` for ``n`` pairs (no ties, no zeros).
+
+    Under the null each of the ranks 1..n carries a plus sign with probability 1/2,
+    independently, so ``P(T+ = t)`` is the number of subsets of {1, ..., n} summing to ``t``
+    over ``2^n``; the counts follow from adding the ranks one at a time (Hollander and Wolfe,
+    section 3.1). Counts are exact integers (``2^50`` fits in 64 bits).
+
+    Returns:
+        ``cdf[t] = P(T+ <= t)`` for ``t = 0 .. n(n+1)/2``, read-only.
+    """
+    if type(n) is not int or n < 0:
+        raise InputError(f"n must be an integer >= 0, got {n!r}")
+    counts = np.ones(1, dtype=np.int64)
+    for rank in range(1, n + 1):
+        grown = np.zeros(counts.size + rank, dtype=np.int64)
+        grown[:counts.size] += counts
+        grown[rank:] += counts
+        counts = grown
+    cdf = np.cumsum(counts) / float(2 ** n)
+    cdf.setflags(write=False)
+    return cdf
+
+
+def signed_rank_interval_rank(n: int, confidence: float) -> int:
+    """The rank ``k`` (1-based) of the Walsh averages bounding the signed-rank interval.
+
+    ``k`` is the largest integer with ``P(T+ <= k - 1) <= (1 - confidence) / 2`` under the
+    null; the interval is ``[W_(k), W_(M + 1 - k)]`` with ``M = n(n+1)/2`` (Hollander and
+    Wolfe, section 3.2). Up to 50 pairs from the exact distribution; above, from its normal
+    approximation with a continuity correction, ``k = floor(M/2 + 0.5 - z * sqrt(n(n+1)(2n+1)/24))``.
+    0 means the sample is too small for a bound at this confidence (``2^-n`` above the tail).
+    """
+    tail = (1 - confidence) / 2
+    if n <= _EXACT_W_MAX:
+        return int(np.searchsorted(signed_rank_null_cdf(n), tail * (1 + 1e-12), side="right"))
+    spread = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    return max(0, math.floor(n * (n + 1) / 4 + 0.5 - _norm().isf(tail) * spread))
+
+
+def walsh_averages(d: np.ndarray) -> np.ndarray:
+    """The ``n(n+1)/2`` Walsh averages ``(d_i + d_j) / 2``, ``i <= j``, unsorted."""
+    d = np.asarray(d, dtype=float)
+    rows, cols = np.triu_indices(d.size)
+    return (d[rows] + d[cols]) / 2
+
+
+def paired_log_shift(d: np.ndarray, confidence: float | None):
+    """Hodges-Lehmann estimate of the centre of ``d`` and its signed-rank interval (None: unbounded)."""
+    walsh = walsh_averages(d)
+    size = walsh.size
+    kth = {(size - 1) // 2, size // 2}
+    rank = signed_rank_interval_rank(int(d.size), confidence) if confidence is not None else 0
+    if rank >= 1:
+        kth |= {rank - 1, size - rank}
+    ordered = np.partition(walsh, sorted(kth))
+    shift = float((ordered[(size - 1) // 2] + ordered[size // 2]) / 2)
+    if rank < 1:
+        return shift, None, None
+    return shift, float(ordered[rank - 1]), float(ordered[size - rank])
+
+
+def signed_rank_test(d, alternative: str) -> tuple[float, str]:
+    """One- or two-sided Wilcoxon signed-rank p-value of paired differences ``d`` against a centre of 0.
+
+    Method: ``scipy.stats.wilcoxon(d, zero_method="wilcox", alternative=alternative,
+    method="auto")``. Zeros (pairs whose latencies are equal, to :data:`LOG_RATIO_DECIMALS`
+    decimals) are dropped, Wilcoxon's own rule; tied ``|d|`` get average ranks. scipy's
+    ``"auto"`` then uses, for up to 50 pairs, the exact null distribution when there are no
+    ties and no zeros, and an exact enumeration of the ``2^n`` sign flips (its permutation
+    test, deterministic up to 13 pairs) when there are; for more than 50 pairs, or ties with
+    more than 13, the normal approximation with its tie correction and no continuity
+    correction. With no non-zero difference at all there is no evidence either way: ``p = 1``.
+
+    Returns:
+        ``(p_value, how)``: ``how`` is ``"exact"``, ``"exact (sign flips; ties or zeros)"``,
+        ``"normal approximation"`` or ``"no non-zero difference"``.
+    """
+    from scipy.stats import wilcoxon
+
+    d = np.asarray(d, dtype=float)
+    nonzero = d[d != 0]
+    if nonzero.size == 0:
+        return 1.0, "no non-zero difference"
+    magnitudes = np.abs(nonzero)
+    ties = np.unique(magnitudes).size < magnitudes.size
+    if d.size > 50:
+        how = "normal approximation"
+    elif not ties and nonzero.size == d.size:
+        how = "exact"
+    elif d.size <= 13:
+        how = "exact (sign flips; ties or zeros)"
+    else:
+        how = "normal approximation"
+    result = wilcoxon(d, zero_method="wilcox", alternative=alternative, method="auto")
+    return float(result.pvalue), how
+
+
+def hodges_lehmann_paired_ratio(baseline_latencies, candidate_latencies, *, confidence: float = 0.95) -> dict:
+    """Typical within-pair ratio, candidate over baseline, with a distribution-free interval.
+
+    Method: the one-sample Hodges-Lehmann estimate on the pairs' log ratios ``d_i =
+    log(candidate_i) - log(baseline_i)``: the median of the ``M = n(n+1)/2`` Walsh averages
+    ``(d_i + d_j) / 2`` (``i <= j``). The interval is ``[W_(k), W_(M+1-k)]``, ``k`` from the
+    null distribution of the Wilcoxon signed-rank statistic (:func:`signed_rank_interval_rank`:
+    exact up to 50 pairs, the normal approximation above). It is the set of centres the
+    two-sided signed-rank test at level ``1 - confidence`` does not reject: ``T+(d - theta)``
+    is the number of Walsh averages above ``theta`` (Tukey). When the ``d_i`` are symmetric
+    about their centre (a pair's shared load cancels in its ratio; what is left is the
+    difference of two similar noises) it covers the centre with probability at least
+    ``confidence``; exponentiated, these bound the ratio candidate / baseline. With ties the
+    coverage is approximate (the distribution assumes none).
+
+    References:
+        J. L. Hodges and E. L. Lehmann, Ann. Math. Statist. 34(2), 598-611, 1963. M. Hollander
+        and D. A. Wolfe, *Nonparametric Statistical Methods*, 2nd ed., Wiley, 1999, sections
+        3.1 (the signed-rank test) and 3.2 (the estimator and Tukey's interval). F. Wilcoxon,
+        "Individual comparisons by ranking methods", Biometrics Bulletin 1(6), 80-83, 1945.
+
+    Args:
+        baseline_latencies, candidate_latencies: the pairs' latencies (finite, > 0), in pair
+            order, at least one pair.
+        confidence: the interval's confidence, in (0, 1).
+
+    Returns:
+        ``ratio_estimate``, ``ratio_ci_low``, ``ratio_ci_high`` (``None`` where too few pairs
+        give no bound: at 95%, 6 pairs are needed, ``2^-n <= 0.025``), ``confidence``, ``pairs``.
+
+    Raises:
+        InputError: no pairs, lists of different lengths, a latency not a finite number > 0,
+            or ``confidence`` out of range.
+    """
+    check_unit_interval(confidence, "confidence", InputError)
+    d = log_ratios(baseline_latencies, candidate_latencies)
+    if d.size == 0:
+        raise InputError("hodges_lehmann_paired_ratio needs at least one pair, got none")
+    shift, low, high = paired_log_shift(d, confidence)
+    return {"ratio_estimate": math.exp(shift), "ratio_ci_low": _exp(low), "ratio_ci_high": _exp(high),
+            "confidence": confidence, "pairs": int(d.size)}
+
+
+def recommended_pairs(d, *, margin: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
+    """Pairs (attempts per arm, one of each per round) that would likely settle ``d`` against ``1 + margin``.
+
+    Method: the normal approximation for a one-sided one-sample test on the log ratios,
+    ``n = (z_{1-alpha} + z_{power})^2 * s_d^2 / delta^2``, divided by ``3 / pi``, the asymptotic
+    relative efficiency of the signed-rank test against the t-test for normal data (Lehmann,
+    *Nonparametrics*, 1975, section 3.3; the same factor as :func:`recommended_attempts`'s).
+    ``s_d`` is the spread of the log ratios, ``1.4826 * MAD`` (the sample standard deviation
+    when the MAD is 0); ``delta = |h - log(1 + margin)|`` the distance of their Hodges-Lehmann
+    estimate ``h`` from the boundary. A planning figure, not a promise.
+
+    Args:
+        d: the pairs' log ratios (finite).
+        margin, alpha, power: as for :func:`recommended_attempts`.
+
+    Returns:
+        Between 2 and 1000 (1000 also when the estimate sits on the boundary); ``None`` when not
+        estimable: fewer than 2 pairs, or no spread and the estimate exactly on the boundary.
+    """
+    if not check_finite(margin, "margin") or margin <= -1:
+        raise InputError(f"margin must be a finite number > -1, got {margin!r}")
+    check_unit_interval(alpha, "alpha", InputError)
+    check_unit_interval(power, "power", InputError)
+    d = np.asarray(d, dtype=float)
+    if d.size < 2:
+        return None
+    if not np.all(np.isfinite(d)):
+        raise InputError("log ratios must be finite")
+    shift, _, _ = paired_log_shift(d, None)
+    delta = abs(shift - math.log1p(margin))
+    variance = robust_sigma(d) ** 2
+    if variance == 0:
+        return None if delta == 0 else 2
+    if delta == 0:
+        return _MAX_RECOMMENDED
+    z = float(_norm().isf(alpha) + _norm().ppf(power))
+    try:
+        attempts = z * z * variance / (delta * delta) / _MWU_EFFICIENCY
+    except (OverflowError, ZeroDivisionError):
+        return _MAX_RECOMMENDED
+    if not math.isfinite(attempts):
+        return _MAX_RECOMMENDED
+    return int(min(_MAX_RECOMMENDED, max(2, math.ceil(attempts))))
+
+
+def min_attempts_mann_whitney(alpha: float) -> int:
+    """The fewest attempts per arm with which a one-sided Mann-Whitney test can reach ``p < alpha``.
+
+    With ``n`` attempts per arm and no ties the smallest one-sided p-value is that of complete
+    separation, ``1 / C(2n, n)`` (exact): 3 per arm give 1/20, so at ``alpha = 0.02`` 4 are
+    needed (1/70). Capped at 1000.
+    """
+    check_unit_interval(alpha, "alpha", InputError)
+    n = 1
+    while n < _MAX_RECOMMENDED and not 1 / math.comb(2 * n, n) < alpha * (1 - 1e-9):
+        n += 1
+    return n
+
+
+def min_pairs_signed_rank(alpha: float) -> int:
+    """The fewest pairs with which a one-sided Wilcoxon signed-rank test can reach ``p < alpha``.
+
+    The smallest one-sided p-value of ``n`` pairs is ``2^-n`` (every difference of one sign):
+    5 pairs give 1/32, so at ``alpha = 0.02`` 6 are needed (1/64). Capped at 1000.
+    """
+    check_unit_interval(alpha, "alpha", InputError)
+    n = 1
+    while n < _MAX_RECOMMENDED and not 2.0 ** -n < alpha * (1 - 1e-9):
+        n += 1
+    return n

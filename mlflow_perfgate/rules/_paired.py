@@ -1,0 +1,265 @@
+"""The paired method: a signed-rank test and an interval on the within-round latency ratios of ABBA rounds.
+
+``compare`` interleaves its attempts in ABBA rounds (A B, B A, A B, ...) and each attempt
+record keeps its round (``pair``). Neighbouring attempts share the machine's state (the load
+of a busy runner, its clock, its caches), so the ratio of the two attempts of one round is far
+less noisy than either: what moves both cancels. The robust method treats the arms as two
+independent samples and pays for the load that varies between rounds; this one works on the
+rounds' log ratios ``d = log(candidate) - log(baseline)``:
+
+- a one-sided Wilcoxon signed-rank test (is the candidate's latency typically lower within a
+  round?), ``scipy.stats.wilcoxon``;
+- the one-sample Hodges-Lehmann estimate of the typical ratio (the median of the Walsh
+  averages of ``d``) with its distribution-free signed-rank interval (Hollander and Wolfe,
+  section 3.2), exponentiated to a ratio candidate / baseline;
+- the robust method's decision logic in both modes, its failure-rate, quality and tail checks,
+  its rerun advice (from the spread of ``d``) and its alpha spending across the looks of
+  ``compare --until-decisive``.
+
+Records without rounds (attempts logged independently, ``record``) or with fewer than two
+complete rounds are judged by the robust method, and the decision says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Mapping
+
+from ._checks import (
+    REL_TOL,
+    above,
+    contention_flags,
+    exceedance_tail_check,
+    failure_notes,
+    failure_rate_check,
+    hopeless_failures_check,
+    p_value_text,
+    precondition,
+    quality_check,
+    verdict_of,
+)
+from ._policy import Policy
+from ._records import ArmSummary, Check, Decision, interval_text, pct
+from ._registry import Figure, Method, Objective
+from ._robust import advice_floor, improvement_verdict, no_regression_verdict, robust_rule
+from ._sequential import sequential_thresholds
+from ._stats import log_ratios, min_pairs_signed_rank, paired_log_shift, recommended_pairs, signed_rank_test
+
+__all__ = ["MIN_ROUNDS", "PAIRED", "complete_rounds", "paired_rule"]
+
+#: The fewest complete ABBA rounds the paired statistics are computed on; below, the robust method judges.
+MIN_ROUNDS = 2
+
+
+def complete_rounds(b: ArmSummary, c: ArmSummary) -> tuple[list[int], list[float], list[float]]:
+    """The rounds holding a successful attempt of each arm, and each arm's median latency in each.
+
+    A round is an attempt record's ``pair`` (:attr:`ArmSummary.pairs`). Where a round holds
+    several successful attempts of an arm (steps of one child, a repeated round), the arm's
+    latency in the round is their median (``statistics.median``), so each round counts once. A
+    round whose attempt of either arm failed is incomplete and left out (the failure stays in
+    the failure rate); so is a successful attempt without a round.
+
+    Returns:
+        ``(rounds, baseline_medians, candidate_medians)``, in round order.
+    """
+    def by_round(summary: ArmSummary) -> dict[int, list[float]]:
+        grouped: dict[int, list[float]] = {}
+        for latency, pair in zip(summary.latencies, summary.pairs):
+            if pair is not None:
+                grouped.setdefault(pair, []).append(latency)
+        return grouped
+
+    base, cand = by_round(b), by_round(c)
+    rounds = sorted(set(base) & set(cand))
+    return (rounds, [statistics.median(base[r]) for r in rounds], [statistics.median(cand[r]) for r in rounds])
+
+
+def _interval_text(f: Mapping) -> str:
+    return (f"within-round ratio candidate/baseline {f['ratio']:.3f} over {f['pairs']} ABBA rounds "
+            f"({interval_text(f['low'], f['high'], f['confidence'])}, Hodges-Lehmann of the log ratios)")
+
+
+def _improvement_text(f: Mapping) -> str:
+    return (f"{_interval_text(f)}, an improvement of {pct(1 - f['ratio'])}; required {pct(f['required'])} "
+            f"and one-sided Wilcoxon signed-rank ({f['how']}) {p_value_text(f['p_value'], f['alpha'])}")
+
+
+def _no_regression_text(f: Mapping) -> str:
+    return (f"{_interval_text(f)} against the allowed slowdown 1 + margin = {1 + f['margin']:.3f}; "
+            f"one-sided Wilcoxon signed-rank ({f['how']}) p (slower) = {f['p_value']:.3g}")
+
+
+def _fallback(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, rounds: int,
+              look: int | None, max_looks: int | None) -> Decision:
+    """The robust method's decision, saying why the paired method did not decide."""
+    if all(pair is None for pair in (*b.pairs, *c.pairs)):
+        why = "no ABBA rounds recorded"
+    else:
+        why = (f"only {rounds} complete ABBA round{'' if rounds == 1 else 's'} (a round needs a successful "
+               f"attempt of each arm; the paired method needs {MIN_ROUNDS})")
+    text = f"{why}: judged by the robust method"
+    decision = robust_rule(b, c, policy, objective, look=look, max_looks=max_looks)
+    return dataclasses.replace(decision, figures={**decision.figures, "paired_fallback": text},
+                               notes={**decision.notes, "paired_fallback": f"NOTE: {text}"})
+
+
+def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, *, look: int | None = None,
+                max_looks: int | None = None) -> Decision:
+    """Decide accept, reject or rerun on the ABBA rounds' within-round latency ratios.
+
+    Rounds: :func:`complete_rounds`; ``d_r = log(candidate median_r) - log(baseline median_r)``,
+    rounded to 12 decimals so that equal ratios tie in any unit (``_stats.log_ratios``). With
+    fewer than :data:`MIN_ROUNDS` complete rounds (no ``pair`` on the records: attempts logged
+    independently) the robust method decides (:func:`robust_rule`): the decision is the
+    robust one, its ``method`` is ``"robust"`` (only a decision made with the paired
+    statistics says ``"paired"``), its figure ``paired_fallback`` and its note say
+    ``"no ABBA rounds recorded: judged by the robust method"`` (or how few rounds there were).
+
+    Otherwise, as :func:`robust_rule` with the paired statistics in place of the unpaired ones:
+
+    - the candidate's hopeless failures reject first (``unreliable_candidate``), then the
+      specification's preconditions (``insufficient_valid_runs``, ``unreliable_baseline``,
+      counted on each arm's successful attempts);
+    - ``failure_rate_ok``, ``quality_ok`` (the shared checks) and ``p95_ok`` (the robust
+      method's exceedance test, on every successful attempt);
+    - ``p_value``: the one-sided Wilcoxon signed-rank test of ``d`` (``_stats.signed_rank_test``:
+      ``scipy.stats.wilcoxon``, zeros dropped, ties at average ranks, exact for up to 50
+      pairs without ties or zeros and for up to 13 with them, the normal approximation above),
+      towards a faster candidate (``d < 0``) in ``"improvement"`` and a slower one in
+      ``"non_regression"``;
+    - ``ratio_estimate``, ``ratio_ci_low``, ``ratio_ci_high``: the one-sample Hodges-Lehmann
+      estimate (the median of the Walsh averages of ``d``) and its signed-rank interval at
+      ``confidence`` (exact up to 50 rounds, the normal approximation above), exponentiated;
+    - ``improvement_ok``: ``True`` when ``p_value`` is below ``alpha`` and the estimate shows at
+      least ``min_improvement``; ``False`` when the interval rules that out; ``None`` otherwise.
+      ``no_regression_ok``: the interval against ``1 + margin``. Every comparison with the
+      relative tolerance ``REL_TOL``.
+
+    With ``look`` and ``max_looks``, ``alpha`` and the confidence are spent across the looks
+    (:func:`sequential_thresholds`), as the robust rule does.
+
+    Returns:
+        The :class:`Decision`: figures ``baseline_noise``, ``observed_improvement``,
+        ``required_improvement``, ``maximum_failure_rate``, ``maximum_p95_ratio``, ``margin``,
+        ``alpha``, ``confidence``, ``p_value``, ``p_value_method``, ``ratio_estimate``,
+        ``ratio_ci_low``, ``ratio_ci_high`` (``None`` where unbounded: at 90%, 5 rounds are
+        needed), ``pairs`` (complete rounds), ``p95_ratio``, ``p95_p_value``; advice
+        ``recommended_attempts`` (on an ``inconclusive`` or ``insufficient_valid_runs`` rerun:
+        rounds, i.e. attempts per arm, from the spread of ``d``, ``_stats.recommended_pairs``;
+        never below the fewest with which the signed-rank test can decide at its level,
+        ``2^-n < alpha``: 6 at ``alpha = 0.02``) and ``contention``.
+    """
+    rounds, base_r, cand_r = complete_rounds(b, c)
+    if len(rounds) < MIN_ROUNDS:
+        return _fallback(b, c, policy, objective, len(rounds), look, max_looks)
+    alpha, confidence = policy.alpha, policy.confidence
+    if look is not None and max_looks is not None and max_looks > 1:
+        spent = sequential_thresholds(look, max_looks, alpha=alpha, confidence=confidence)
+        alpha, confidence = spent["alpha"], spent["confidence"]
+    labels = {"method": "paired", "mode": policy.mode, "objective": objective.name, "notes": failure_notes(b, c)}
+    d = log_ratios(base_r, cand_r)
+    boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
+    tail_alpha = (1 - confidence) / 2
+    hopeless = hopeless_failures_check(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
+    reason = precondition(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
+    if hopeless is not None and reason is not None:
+        return Decision("reject", "unreliable_candidate", b, c, (hopeless,),
+                        figures={"maximum_failure_rate": policy.maximum_failure_rate, "pairs": len(rounds)},
+                        advice={"recommended_attempts": None}, **labels)
+    if reason == "insufficient_valid_runs":
+        recommended = _advice(d, math.exp(paired_log_shift(d, None)[0]), policy, alpha, tail_alpha,
+                              policy.min_valid_runs)
+        return Decision("rerun", reason, b, c, figures={"pairs": len(rounds)},
+                        advice={"recommended_attempts": recommended}, **labels)
+    if reason is not None:
+        return Decision("rerun", reason, b, c, figures={"pairs": len(rounds)},
+                        advice={"recommended_attempts": None}, **labels)
+
+    alternative = "less" if policy.mode == "improvement" else "greater"
+    p_value, how = signed_rank_test(d, alternative)
+    shift, low_log, high_log = paired_log_shift(d, confidence)
+    ratio = math.exp(shift)
+    low = None if low_log is None else math.exp(low_log)
+    high = None if high_log is None else math.exp(high_log)
+
+    tail = exceedance_tail_check(b, c, policy.maximum_p95_ratio, alpha, REL_TOL)
+    shift_figures = {"ratio": ratio, "low": low, "high": high, "confidence": confidence, "p_value": p_value,
+                     "pairs": len(rounds), "how": how}
+    if policy.mode == "improvement":
+        passed = improvement_verdict(ratio, low, p_value, alpha, policy.min_improvement)
+        main = Check.build("improvement_ok", passed,
+                           {**shift_figures, "required": policy.min_improvement, "alpha": alpha}, _improvement_text)
+    else:
+        passed = no_regression_verdict(low, high, policy.margin)
+        main = Check.build("no_regression_ok", passed, {**shift_figures, "margin": policy.margin},
+                           _no_regression_text)
+    checks = (failure_rate_check(b, c, policy.maximum_failure_rate, REL_TOL),
+              quality_check(b, c, policy.quality_tolerance, REL_TOL), tail, main)
+    verdict, reason = verdict_of(list(checks))
+    recommended = None
+    if reason == "inconclusive":
+        recommended = _advice(d, ratio, policy, alpha, tail_alpha, len(rounds) + 1)
+    figures = {
+        "baseline_noise": (b.p95_ms - b.median_ms) / b.median_ms,
+        "observed_improvement": (b.median_ms - c.median_ms) / b.median_ms,
+        "required_improvement": -boundary,
+        "maximum_failure_rate": policy.maximum_failure_rate,
+        "maximum_p95_ratio": policy.maximum_p95_ratio,
+        "margin": policy.margin,
+        "alpha": alpha,
+        "confidence": confidence,
+        "p_value": p_value,
+        "p_value_method": how,
+        "ratio_estimate": ratio,
+        "ratio_ci_low": low,
+        "ratio_ci_high": high,
+        "pairs": len(rounds),
+        "p95_ratio": tail.figures["ratio"],
+        "p95_p_value": tail.figures["p_value"],
+    }
+    advice = {"recommended_attempts": recommended, "contention": contention_flags(b, c)}
+    return Decision(verdict, reason, b, c, checks, figures=figures, advice=advice, **labels)
+
+
+def _advice(d, ratio: float, policy: Policy, alpha: float, tail_alpha: float, at_least: int) -> int | None:
+    """Rounds (attempts per arm) likely to settle it, never below ``at_least`` nor the fewest that can reach the level.
+
+    As the robust rule's: an estimate already large enough needs significance at ``alpha``;
+    otherwise the interval must clear the boundary, each tail at ``tail_alpha``.
+    """
+    if policy.mode == "improvement" and not above(ratio, 1 - policy.min_improvement):
+        estimate, level = recommended_pairs(d, margin=0.0, alpha=alpha), alpha
+    else:
+        boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
+        estimate, level = recommended_pairs(d, margin=boundary, alpha=tail_alpha), tail_alpha
+    return advice_floor(estimate, max(at_least, min_pairs_signed_rank(level)))
+
+
+def _describe(s: Mapping) -> str:
+    if s.get("judged_by"):
+        return f"judged by the {s['judged_by']} method ({s.get('note') or 'no paired statistics'})"
+    if s.get("p_value") is None or s.get("ratio_estimate") is None:
+        return f"no statistics computed ({s.get('reason')})"
+    return (f"one-sided Wilcoxon signed-rank p = {s['p_value']:.4g} over {s.get('pairs')} ABBA rounds; "
+            f"within-round ratio candidate/baseline {s['ratio_estimate']:.4g}, "
+            f"{interval_text(s.get('ratio_ci_low'), s.get('ratio_ci_high'), s.get('confidence'))} (Hodges-Lehmann)")
+
+
+#: The paired method's entry in the method registry; its metric names do not clash with the robust method's.
+PAIRED = Method(
+    "paired", paired_rule,
+    figures=(Figure("p_value", "Wilcoxon signed-rank p", metric="paired_p_value"),
+             Figure("ratio_estimate", "within-round ratio candidate/baseline", metric="paired_ratio_estimate"),
+             Figure("ratio_ci_low", "within-round ratio interval, low", metric="paired_ratio_ci_low"),
+             Figure("ratio_ci_high", "within-round ratio interval, high", metric="paired_ratio_ci_high"),
+             Figure("pairs", "complete ABBA rounds", metric="paired_pairs"),
+             Figure("p95_p_value", "tail test p", metric="paired_p95_p_value"),
+             Figure("alpha", metric=""), Figure("confidence", metric=""),
+             Figure("recommended_attempts", "attempts per arm to settle it", metric="paired_recommended_attempts")),
+    objectives=("latency",),
+    help="Wilcoxon signed-rank test and Hodges-Lehmann interval on the ABBA rounds' latency ratios",
+    describe=_describe,
+)
