@@ -125,7 +125,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     result["warnings"] += [f"journal line skipped: {line}" for line in _journal.skipped_lines()[:5]]
     result.update(
         group=group, experiment_id=experiment_id, thresholds=policy.objective_thresholds(),
-        objective=policy.objective, method=policy.method, mode=policy.mode,
+        objective=policy.objective, mode=policy.mode, method_asked=policy.method,
         changed_variable=change.variable, baseline_value=change.baseline_value,
         candidate_value=change.candidate_value, run_ids=[v.run_id for v in views],
         duplicate_run_ids=found.duplicates,
@@ -134,6 +134,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         decision_key=decision_key(group, views, policy.options(), env_mismatch=env_mismatch, look=look,
                                   max_looks=max_looks, waiting=len(waiting)),
     )
+    result.setdefault("method", policy.method)  # the rule's own: a paired request without rounds is judged by robust
     result.setdefault("failed_checks", [])
     if dry_run:
         result.update(decision_run_id=None, decision_run_url=None, report=None)
