@@ -639,12 +639,13 @@ def find_change_points(samples: Iterable[RevisionSample], *, alpha: float = _DEF
       revisions on each side is scanned.
 
       Latency: the E-Divisive statistic (:func:`energy_statistic`, Matteson and James 2014)
-      picks the split. With ``test="permutation"`` (the default) it is computed on the ranks of
-      the segment's revision medians, and its p-value is Matteson and James's: the share of
-      ``permutations`` shuffles of those ranks (from a generator seeded by ``seed`` and the
-      segment's bounds) whose best split scores at least as high. It accounts for the split
-      being the best of many, and assumes only that without a change the revisions are
-      exchangeable; on ranks an outlier revision weighs one rank whatever its size, so the test
+      picks the split. With ``test="permutation"`` (the default) it is computed on the
+      segment's centred log medians clipped at :data:`CLIP_SIGMAS` robust standard deviations,
+      and its p-value is Matteson and James's: the share of ``permutations`` shuffles of those
+      values (from a generator seeded by ``seed`` and the segment's bounds) whose best split
+      scores at least as high. It accounts for the split being the best of many, and assumes
+      only that without a change the revisions are exchangeable; clipped, an outlier revision
+      (a busy machine) weighs at most 3.5 robust sigmas whatever its size, so the test
       keeps its level and most of its power under contention (``benchmarks/bench_history.py``,
       400 histories a cell, ``alpha = 0.01``: at most 1.0% of 20-revision noise histories with
       a change point under every noise model there; a 20% step with 10 revisions each side
@@ -653,9 +654,9 @@ def find_change_points(samples: Iterable[RevisionSample], *, alpha: float = _DEF
       the ``r`` most extreme revisions at one end with probability about ``2 / C(n, r)``), so
       the newest revision alone is never significant in a short history: after 20 quiet
       revisions, one slow one is never found, two 89% of the time, three 99%. With ``test="t"``
-      (Otava's ``TTestSignificanceTester``) the
-      statistic is computed on the log medians and the p-value is Student's two-sided t-test
-      (pooled) between the two sides times the number of distinct splits scanned (Bonferroni:
+      (Otava's ``TTestSignificanceTester``) the statistic is computed on the log medians and
+      the p-value is Student's two-sided t-test (pooled) between the two sides times the
+      number of distinct splits scanned (Bonferroni:
       uncorrected, the best of 19 splits passes a 5% test in 35% of 20-revision noise
       histories). It flags a single trailing revision (98%, as ``suspicious``) on a quiet
       machine, but assumes normal log medians: under heavy contention outlier revisions cost
