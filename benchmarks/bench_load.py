@@ -14,6 +14,13 @@ After each round the store is checked: every attempt is one run, each attempt id
 
 Usage: python benchmarks/bench_load.py [--writers 1,4,16] [--attempts 10] [--backends sqlite,postgresql]
                                        [--server-workers 2]
+       python benchmarks/bench_load.py --scale [--group-size 2000] [--experiment-size 20000]
+
+``--scale`` measures the evaluator and ``reap`` at scale instead: a group of 2,000 attempts
+evaluated on the SQLite store and through a server over the same store (wall time and peak
+memory of each, in a fresh process; the server's evaluation re-parents every attempt), and
+``reap`` over an experiment of 20,000 attempt runs (a filter on RUNNING runs, not a load of
+every attempt).
 """
 
 from __future__ import annotations
@@ -234,8 +241,85 @@ def main() -> None:
               f"{'; '.join(row['errors'])[:120] or 'none'} |")
 
 
+_MEASURE = """
+import json, resource, sys, time
+import mlflow_perfgate as pg
+from mlflow_perfgate.tracking import reap
+what, arg = sys.argv[1], sys.argv[2]
+begin = time.perf_counter()
+if what == "evaluate":
+    result = pg.evaluate_group("scale", experiment_name="scale", min_valid_runs=int(arg), env_mismatch="ignore")
+    detail = {"decision": result["decision"], "attempts": len(result["run_ids"])}
+else:
+    detail = {"reaped": len(reap(float(arg), experiment_name="scale"))}
+wall = time.perf_counter() - begin
+print(json.dumps({"wall_s": wall, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **detail}))
+"""
+
+
+def _measure(uri: str, what: str, arg: str) -> dict:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(REPO)}
+    completed = subprocess.run([sys.executable, "-c", _MEASURE, what, arg], env=env, capture_output=True, text=True,
+                               timeout=1800)
+    if completed.returncode != 0:
+        raise SystemExit(completed.stderr[-3000:])
+    import json
+
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def scale(group_size: int, experiment_size: int, server_workers: int) -> None:
+    """The evaluator on a large group (SQLite, then through a server) and reap on a large experiment."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from bench_tracking import fill
+
+    from mlflow.tracking import MlflowClient
+
+    import mlflow_perfgate as pg
+
+    with tempfile.TemporaryDirectory(prefix="perfgate-scale-") as tmp:
+        root = Path(tmp)
+        uri = f"sqlite:///{root}/mlflow.db"
+        os.environ["MLFLOW_TRACKING_URI"] = uri
+        client = MlflowClient(uri)
+        experiment_id = client.create_experiment("scale")
+        begin = time.perf_counter()
+        for index in range(group_size):
+            arm = ("baseline", "candidate")[index % 2]
+            pg.log_attempt("scale", arm, {**CONDITIONS, "checkpoint": arm == "candidate"},
+                           latency_ms=100.0 - 10 * (arm == "candidate") + index % 5, quality=0.9,
+                           experiment_name="scale")
+        print(f"  logged {group_size} attempts in {time.perf_counter() - begin:.0f} s", file=sys.stderr)
+        fill(uri, experiment_id, experiment_size - group_size)
+        rows = [("evaluate, SQLite", _measure(uri, "evaluate", "5"))]
+        process, url = start_server(root, uri, server_workers)
+        try:
+            rows.append(("evaluate, server", _measure(url, "evaluate", "6")))  # another policy: a new decision
+            rows.append(("reap, server", _measure(url, "reap", "3600")))
+        finally:
+            stop_server(process)
+        rows.append(("reap, SQLite", _measure(uri, "reap", "3600")))
+    print(f"\nscale, {os.cpu_count()} CPUs: a group of {group_size} attempts in an experiment of "
+          f"{experiment_size} runs (server: mlflow server --workers {server_workers} over the same SQLite file)\n")
+    print("| what | wall s | peak MiB | detail |")
+    print("|---|---:|---:|---|")
+    for label, row in rows:
+        detail = {k: v for k, v in row.items() if k not in ("wall_s", "peak_mib")}
+        print(f"| {label} | {row['wall_s']:.1f} | {row['peak_mib']:.0f} | {detail} |")
+    sqlite_s, server_s = rows[0][1]["wall_s"], rows[1][1]["wall_s"]
+    print(f"\nserver / SQLite evaluate: {server_s / sqlite_s:.2f} (target <= 2)")
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), Path(sys.argv[6]))
+    elif "--scale" in sys.argv:
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--scale", action="store_true")
+        parser.add_argument("--group-size", type=int, default=2000)
+        parser.add_argument("--experiment-size", type=int, default=20000)
+        parser.add_argument("--server-workers", type=int, default=2)
+        options = parser.parse_args()
+        scale(options.group_size, options.experiment_size, options.server_workers)
     else:
         main()

@@ -46,6 +46,13 @@ _SPEC_AND_RULES = {
 #: The records and registries (exported at the top level, ``mlflow_perfgate``).
 _RECORDS = {
     "ArmSummary": "_records",
+    "BisectStep": "_history",
+    "ChangePoint": "_history",
+    "HISTORY_SETTINGS": "_history",
+    "RevisionSample": "_history",
+    "bisect_next": "_history",
+    "find_change_points": "_history",
+    "revision_samples": "_history",
     "Check": "_records",
     "Decision": "_records",
     "Figure": "_registry",
