@@ -15,17 +15,23 @@ from ._interface import (
     resolve_workload,
 )
 from ._probe import probe_correctness
+from ._runner import AttemptRunner, ForkRunner, SpawnRunner, attempt_runner, fork_available
 from ._timing import pinned_threads
 
 __all__ = sorted([
     "AttemptResult",
+    "AttemptRunner",
     "BUILTIN_WORKLOADS",
     "DEFAULT_TIMEOUT_S",
+    "ForkRunner",
+    "SpawnRunner",
     "STAGES",
+    "attempt_runner",
     "Workload",
     "WorkloadProtocol",
     "collect_memory_evidence",
     "collect_time_evidence",
+    "fork_available",
     "interleave",
     "make_workload",
     "pinned_threads",
