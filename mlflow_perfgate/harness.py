@@ -130,6 +130,7 @@ def compare(
     experiment_name: str | None = None,
     objective: str | None = None,
     supervised: bool = True,
+    runner: Any = "auto",
     timeout_s: float = 300.0,
     threads: int | None = None,
     until_decisive: bool = False,
@@ -151,6 +152,10 @@ def compare(
         group: the comparison id (default: a new one).
         objective: ``latency`` (default), ``memory`` or ``throughput``.
         supervised: each attempt in a child process (a crash, hang or kill is a failed attempt).
+        runner: what starts those children: ``auto`` (default: one warm server for the whole
+            comparison forks each attempt's child, where fork is available), ``fork``,
+            ``spawn`` (a fresh interpreter per attempt), or an ``AttemptRunner`` the caller
+            owns. A kind's runner is closed when the comparison ends, also on error.
         timeout_s: per-attempt wall-clock limit.
         threads: torch threads for every attempt (default: the current count).
         until_decisive: while the answer is ``rerun`` for lack of evidence, add interleaved
@@ -165,12 +170,14 @@ def compare(
     from tqdm import tqdm
 
     from .tracking import end_run, evaluate_group, start_comparison
-    from .workloads import interleave, run_attempt
+    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, interleave, run_attempt
 
     if type(attempts) is not int or attempts < 1:
         raise ValueError(f"attempts must be a positive integer, got {attempts!r}")
     if until_decisive and (type(max_attempts) is not int or max_attempts < attempts):
         raise ValueError(f"max_attempts must be an integer >= attempts ({attempts}), got {max_attempts!r}")
+    if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
+        raise ValueError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
     base = _base_conditions(workload, conditions, attempts)
     variable, value = _validated_change(base, change, hypothesis)
     candidate = {**base, variable: value}
@@ -184,14 +191,20 @@ def compare(
 
     def run_block(order: list[str], bar) -> None:
         for arm in order:
-            result = run_attempt(workload, arms[arm], supervised=supervised, timeout_s=timeout_s, threads=threads)
+            result = run_attempt(workload, arms[arm], supervised=supervised, timeout_s=timeout_s, threads=threads,
+                                 runner=active)
             _log_result(group, arm, arms[arm], result, experiment_name=experiment_name, parent_run_id=comparison_id)
             if on_attempt is not None:
                 on_attempt(arm, result)
             bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")
             bar.update(1)
 
+    # One runner for the whole comparison: with fork, one warm server for all its attempts.
+    owned = supervised and not isinstance(runner, AttemptRunner)
+    active = runner if supervised and not owned else None
     try:
+        if owned:
+            active = attempt_runner(runner, workload=workload)
         with tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt", disable=not progress,
                   file=sys.stderr) as bar:
             run_block(interleave(attempts), bar)
@@ -218,6 +231,9 @@ def compare(
         except Exception:  # the server may be what failed; the original error matters
             pass
         raise
+    finally:
+        if owned and active is not None:
+            active.close()
     result["comparison_run_id"] = comparison_id
     return result
 
@@ -350,6 +366,7 @@ def pipeline(
     progress: bool = True,
     supervised: bool = True,
     timeout_s: float = 300.0,
+    runner: Any = "auto",
     **evaluate_kwargs: Any,
 ) -> dict:
     """The main job: diagnose, compare the plan's single change under the diagnosis's objective, decide.
@@ -357,7 +374,7 @@ def pipeline(
     When the diagnosis finds no strong signal (or is blocked by correctness), the comparison
     tests ``fallback_change`` on latency instead, and says so; without a fallback it stops after
     the diagnosis. Under ``mlflow run`` (``MLFLOW_RUN_ID`` set) the diagnosis and the comparison
-    nest under the project's run.
+    nest under the project's run. ``runner`` is :func:`compare`'s.
 
     Returns:
         ``{"diagnosis": ..., "decision": <evaluate_group's result or None>, "change": ...,
@@ -377,6 +394,7 @@ def pipeline(
         change, objective = {variable: plan["candidate"][variable]}, report["objective"]
     decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
                        objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
-                       hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, **evaluate_kwargs)
+                       hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, runner=runner,
+                       **evaluate_kwargs)
     return {"diagnosis": report, "decision": decision, "change": change, "objective": objective,
             "fallback_used": fallback_used}

@@ -15,7 +15,7 @@ from ._interface import (
     resolve_workload,
 )
 from ._probe import probe_correctness
-from ._runner import AttemptRunner, ForkRunner, SpawnRunner, attempt_runner, fork_available
+from ._runner import RUNNER_KINDS, AttemptRunner, ForkRunner, SpawnRunner, attempt_runner, fork_available
 from ._timing import pinned_threads
 
 __all__ = sorted([
@@ -24,6 +24,7 @@ __all__ = sorted([
     "BUILTIN_WORKLOADS",
     "DEFAULT_TIMEOUT_S",
     "ForkRunner",
+    "RUNNER_KINDS",
     "SpawnRunner",
     "STAGES",
     "attempt_runner",
