@@ -278,6 +278,28 @@ def test_attempt_result_validates_its_states():
     assert failed.to_dict()["step_times_ms"] == [1.0, 2.0]
 
 
+def test_stored_results_carry_a_format_version_checked_on_read(tmp_path):
+    from mlflow_perfgate.workloads import _attempt, _wire
+
+    result = AttemptResult(ok=True, latency_ms=2.0, quality=0.5, runner="fork")
+    path = tmp_path / "result.json"
+    _attempt.write_result(path, result)
+    assert json.loads(path.read_text())["format"] == _wire.FORMAT
+    assert not (tmp_path / "result.json.partial").exists()
+    payload, note = _attempt.read_payload(path)
+    assert AttemptResult.from_dict(payload) == result and note is None
+    # A bare dict (before versions) or another version is refused, not guessed at.
+    for stored in (result.to_dict(), {"format": _wire.FORMAT + 1, "result": result.to_dict()}):
+        path.write_text(json.dumps(stored))
+        payload, note = _attempt.read_payload(path)
+        assert payload is None and note.startswith("unreadable result") and "format" in note
+    assert _attempt.read_payload(tmp_path / "missing.json") == (None, None)
+    with pytest.raises(_wire.FormatError, match="this reader knows format"):
+        _wire.decode_line(b'{"event": "ready"}', "an event")
+    with pytest.raises(ValueError, match="runner must be one of"):
+        AttemptResult(ok=False, failure="x", runner="thread")
+
+
 def test_results_feed_the_rules():
     runs = [AttemptResult(ok=True, latency_ms=10.0 + i, quality=0.5).to_dict() for i in range(3)]
     runs.append(AttemptResult(ok=False, failure="killed by signal SIGKILL").to_dict())
