@@ -178,8 +178,10 @@ class _Server:
         return self.process.poll() is None
 
     def send(self, message: dict) -> None:
+        data = memoryview(encode_line(message))
         try:
-            self.process.stdin.write(encode_line(message))
+            while data:
+                data = data[self.process.stdin.write(data):]
         except (BrokenPipeError, ValueError, OSError) as error:
             raise _ServerGone(str(error)) from error
 
