@@ -226,27 +226,33 @@ def phase_breakdown(conditions: dict, threads: int, attempts: int, warmup: int =
     print()
 
 
-def compare_efficiency(threads: int, kinds: list[str]) -> None:
-    """Measured step time over wall time of the main job's comparison, by runner."""
+def compare_efficiency(threads: int, kinds: list[str], extra_steps: int = 0) -> None:
+    """Measured step time over wall time of the main job's comparison, by runner.
+
+    With ``extra_steps``, the fork runner's comparison once more with that many measured steps
+    per attempt: how the figure grows when steps, not fixed costs, fill an attempt.
+    """
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from mlflow_perfgate import harness
     import mlflow_perfgate.tracking  # noqa: F401 - mlflow's import is not the comparison's cost
 
     print("compare efficiency: compare('tinylm', {}, {'checkpoint': True}, attempts=5, objective='memory'), "
           "temporary SQLite store")
-    print(f"{'runner':>7} {'wall s':>7} {'attempts s':>11} {'measured s':>11} {'outside s':>10} {'efficiency':>11}")
-    for kind in kinds:
+    print(f"{'runner':>15} {'wall s':>7} {'attempts s':>11} {'measured s':>11} {'outside s':>10} {'efficiency':>11}")
+    runs = [(kind, {}) for kind in kinds] + ([("fork", {"steps": extra_steps})] if extra_steps else [])
+    for kind, conditions in runs:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
             seen = []
             started = time.perf_counter()
-            result = harness.compare("tinylm", {}, {"checkpoint": True}, attempts=5, objective="memory",
+            result = harness.compare("tinylm", conditions, {"checkpoint": True}, attempts=5, objective="memory",
                                      runner=kind, threads=threads, progress=False,
                                      on_attempt=lambda arm, attempt: seen.append(attempt))
             wall = time.perf_counter() - started
         measured = sum(measured_s(r) for r in seen)
         attempts_wall = sum(r.wall_s for r in seen)
-        print(f"{kind:>7} {wall:>7.2f} {attempts_wall:>11.2f} {measured:>11.2f} {wall - attempts_wall:>10.2f}"
+        label = kind + (f" steps={conditions['steps']}" if conditions else "")
+        print(f"{label:>15} {wall:>7.2f} {attempts_wall:>11.2f} {measured:>11.2f} {wall - attempts_wall:>10.2f}"
               f" {measured / wall:>11.2f}   decision {result['decision']} ({result['reason']})")
     print("('attempts s' includes the fork server's start in its first attempt; 'outside s' is MLflow logging,"
           " the evaluation, its plot and report)\n")
@@ -277,6 +283,8 @@ def main() -> None:
     parser.add_argument("--attempt-steps", type=int, default=20)
     parser.add_argument("--runner-attempts", type=int, default=10, help="attempts per runner (runners, phases)")
     parser.add_argument("--compare-runners", default="fork,spawn", help="runners of the compare section")
+    parser.add_argument("--compare-steps", type=int, default=100,
+                        help="also the fork comparison with this many measured steps per attempt (0: not)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}")
     args = parser.parse_args()
     sections = args.only.split(",")
@@ -295,7 +303,7 @@ def main() -> None:
     if "phases" in sections:
         phase_breakdown(conditions, args.threads, max(3, args.runner_attempts // 2))
     if "compare" in sections:
-        compare_efficiency(args.threads, args.compare_runners.split(","))
+        compare_efficiency(args.threads, args.compare_runners.split(","), args.compare_steps)
     print(f"\ntotal {time.perf_counter() - started:.1f} s, load average {_load()} ({_loadavg()})")
 
 
