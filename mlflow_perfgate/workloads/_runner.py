@@ -315,18 +315,20 @@ class ForkRunner(AttemptRunner):
             server = self._live_server()
             deadline = time.monotonic() + timeout_s
             try:
-                if not server.wait_ready(deadline):
-                    raise RuntimeError(f"the attempt server did not start within {timeout_s}s")
-                server.send({"op": "status"})
-                while True:
-                    event = server.read_event(deadline)
-                    if event is None:
-                        raise RuntimeError(f"the attempt server did not answer within {timeout_s}s")
-                    if event.get("event") == "status":
-                        return {k: v for k, v in event.items() if k not in ("event", "format")}
+                if server.wait_ready(deadline):
+                    server.send({"op": "status"})
+                    while (event := server.read_event(deadline)) is not None:
+                        if event.get("event") == "status":
+                            return {k: v for k, v in event.items() if k not in ("event", "format")}
             except _ServerGone as error:
                 self._discard(server)
                 raise RuntimeError(f"the attempt server died: {error}\n{server.log_tail()}") from error
+            except BaseException:
+                self._discard(server)
+                raise
+            # Whatever it is doing, the next attempt gets a server in a known state.
+            self._discard(server)
+            raise RuntimeError(f"the attempt server did not answer within {timeout_s}s")
 
     def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
             steps: int | None = None, threads: int | None = None, probe: bool = True,
