@@ -80,7 +80,8 @@ class AttemptResult:
         peak_mem_mib: the memory record's ``reserved_mib``.
         mem_status: ``'measured'`` (CUDA), ``'estimated'`` (CPU), or ``None`` when not collected.
         throughput_tok_s: ``tokens_per_step`` per median step, when the workload gives tokens.
-        wall_s: the whole attempt's wall time as the caller saw it (child start included).
+        wall_s: the whole attempt's wall time as the caller saw it, child start included (not
+            the fork runner's server warm-up, which is once per runner, not per attempt).
         workload: the workload name.
         conditions: the conditions as given.
         warmup: warm-up steps asked for.

@@ -140,6 +140,8 @@ class _Ending:
     exitcode: int | None = None
     note: str = ""
     reason: str = ""
+    #: How long the request waited for the server to finish warming up.
+    waited_s: float = 0.0
 
 
 class _Server:
@@ -356,7 +358,8 @@ class ForkRunner(AttemptRunner):
                 # is unknown, so the next attempt gets a fresh one.
                 self._discard(server)
                 raise
-            wall_s = time.perf_counter() - started
+            # The server's warm-up is the runner's, once: not this attempt's time.
+            wall_s = time.perf_counter() - started - ending.waited_s
             log_tail = tail(log_path.read_text(errors="replace"))
             payload = note = None
             if ending.how == "exited" and ending.phase == "attempt":
@@ -368,9 +371,9 @@ class ForkRunner(AttemptRunner):
         if ending.note:
             log_tail = f"{ending.note}\n{log_tail}" if log_tail else ending.note
         if ending.how == "server_died":
-            return AttemptResult(ok=False, failure=f"attempt server died: {ending.reason}", failure_detail=log_tail, torch_threads=spec["threads"], workload=spec["workload"],
-                                 warmup=spec["warmup"], steps=spec["steps"], supervised=True, wall_s=wall_s,
-                                 runner="fork")
+            return AttemptResult(ok=False, failure=f"attempt server died: {ending.reason}", failure_detail=log_tail,
+                                 torch_threads=spec["threads"], workload=spec["workload"], warmup=spec["warmup"],
+                                 steps=spec["steps"], supervised=True, wall_s=wall_s, runner="fork")
         died_detail = None
         if ending.phase == "import":
             module, _ = workload_target(spec["workload"])
@@ -380,15 +383,27 @@ class ForkRunner(AttemptRunner):
                                 died_detail=died_detail)
 
     def _exchange(self, server: _Server, request: dict, deadline: float) -> _Ending:
-        """Send one run request and follow its events to the end, the deadline enforced here."""
+        """Send one run request and follow its events to the end, the deadline enforced here.
+
+        The wait for the server to finish warming up is not charged to the attempt's deadline.
+        """
+        waited = time.monotonic()
+        try:
+            ready = server.wait_ready(waited + _START_LIMIT_S)
+        except _ServerGone:
+            return self._server_died(server, None)
+        if not ready:
+            self._discard(server)
+            return _Ending("server_died", reason=f"it did not start within {_START_LIMIT_S}s",
+                           note=f"the attempt server's log:\n{server.log_tail()}")
+        waited_s = time.monotonic() - waited
+        ending = self._follow(server, request, deadline + waited_s)
+        ending.waited_s = waited_s
+        return ending
+
+    def _follow(self, server: _Server, request: dict, deadline: float) -> _Ending:
         child = None
         try:
-            waited = time.monotonic()
-            if not server.wait_ready(waited + _START_LIMIT_S):
-                self._discard(server)
-                return _Ending("server_died", reason=f"it did not start within {_START_LIMIT_S}s",
-                               note=f"the attempt server's log:\n{server.log_tail()}")
-            deadline += time.monotonic() - waited
             server.send(request)
             while True:
                 event = server.read_event(deadline)
@@ -405,12 +420,15 @@ class ForkRunner(AttemptRunner):
                         kill_group(child)
                     return _Ending("exited", phase=event.get("phase", "attempt"), exitcode=event.get("exitcode"))
         except _ServerGone:
-            how = server.death()
-            orphans = set(server.children) | ({child} if child is not None else set())
-            for pid in orphans:
-                kill_group(pid)
-            self._discard(server)
-            return _Ending("server_died", reason=how, note=f"the attempt server's log:\n{server.log_tail()}")
+            return self._server_died(server, child)
+
+    def _server_died(self, server: _Server, child: int | None) -> _Ending:
+        """The server ended mid-request: its children (sessions of their own) go with it."""
+        how = server.death()
+        for pid in set(server.children) | ({child} if child is not None else set()):
+            kill_group(pid)
+        self._discard(server)
+        return _Ending("server_died", reason=how, note=f"the attempt server's log:\n{server.log_tail()}")
 
     def _time_out(self, server: _Server, child: int | None) -> _Ending:
         """Kill the child in flight (its process group) and collect the server's report of its end."""
@@ -435,9 +453,7 @@ class ForkRunner(AttemptRunner):
                         kill_group(child)
                     return _Ending("timeout", exitcode=event.get("exitcode", exitcode))
         except _ServerGone:
-            for pid in set(server.children) | ({child} if child is not None else set()):
-                kill_group(pid)
-            self._discard(server)
+            self._server_died(server, child)
             return _Ending("timeout", exitcode=exitcode)
 
     def close(self) -> None:
