@@ -254,8 +254,7 @@ def compare_efficiency(threads: int, kinds: list[str], extra_steps: int = 0) -> 
         label = kind + (f" steps={conditions['steps']}" if conditions else "")
         print(f"{label:>15} {wall:>7.2f} {attempts_wall:>11.2f} {measured:>11.2f} {wall - attempts_wall:>10.2f}"
               f" {measured / wall:>11.2f}   decision {result['decision']} ({result['reason']})")
-    print("('attempts s' includes the fork server's start in its first attempt; 'outside s' is MLflow logging,"
-          " the evaluation, its plot and report)\n")
+    print("('outside s' is the fork server's warm-up, once, MLflow logging, the evaluation, its plot and report)\n")
 
 
 def _load() -> str:
