@@ -46,6 +46,8 @@ from ._child import exit_now, run_spec
 from ._interface import resolve_workload, workload_target
 from ._wire import FormatError, decode_line, encode_line, read_json, write_json_atomic
 
+__all__ = ["Server", "WARM_MODULES", "main", "settle", "thread_count"]
+
 #: Imported in the server so that no forked child pays for them. Each runs no torch operation
 #: (the op counter checks, every start). ``torch._dynamo`` is the big one: the first optimizer
 #: imports it (1-3 s); ``multiprocessing``'s fork pieces serve DataLoader workers.
