@@ -2,30 +2,52 @@
 
 Prints, from one run:
 
-1. the harness's median step time for a fixed TinyLM training step (the loop ``run_attempt``
-   times: ``time.perf_counter`` around each step, threads pinned) against
+1. ``clock``: the harness's median step time for a fixed TinyLM training step (the loop
+   ``run_attempt`` times: ``time.perf_counter`` around each step, threads pinned) against
    ``torch.utils.benchmark.Timer(...).blocked_autorange()``'s median at the same thread count,
    in alternating rounds, and their ratio (target 0.95-1.05);
-2. the spread, P95 over median (nearest rank, ``rules.percentile``), of the latencies of N
-   in-process attempts and N supervised attempts, run interleaved (ABBA) so that drift on the
-   machine falls on both.
+2. ``spread``: the spread, P95 over median (nearest rank, ``rules.percentile``), of the
+   latencies of N in-process attempts and N supervised attempts, run interleaved (ABBA) so that
+   drift on the machine falls on both;
+3. ``runners``: the cost of supervision by runner, TinyLM at the default 2 warm-up and 10
+   measured steps with the probe: an attempt's wall time over its measured step time (target
+   at most 1.3 for the fork runner), for the fork runner's forked child and the spawned child,
+   interleaved; and whether a fork changes what is measured: the median over pairs of forked
+   over spawned ``latency_ms`` (target 0.97-1.03 on a quiet machine);
+4. ``phases``: where an attempt's time goes (child start, model build, warm-up, measured steps,
+   quality, memory estimate, probe, exit), and the minor page faults per step (a forked child
+   copies the pages it writes that it shares with the server: the warm-up must absorb them),
+   from an instrumented TinyLM, by runner;
+5. ``compare``: a comparison's efficiency, the sum of its attempts' measured step time over its
+   wall time, for the main job's comparison (``compare("tinylm", {}, {"checkpoint": True},
+   attempts=5, objective="memory")`` on a temporary SQLite store; target at least 0.6), by runner.
 
-Usage: ``python benchmarks/bench_harness.py [--threads 2] [--attempts 10]``
+The 1-minute load average is printed before and after: other work on the machine shows up in
+every figure.
+
+Usage: ``python benchmarks/bench_harness.py [--threads 2] [--attempts 10] [--only runners,compare]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.benchmark import Timer
 
 from mlflow_perfgate.rules import percentile
-from mlflow_perfgate.workloads import interleave, make_workload, run_attempt
+from mlflow_perfgate.workloads import attempt_runner, interleave, make_workload, run_attempt
 from mlflow_perfgate.workloads._timing import pinned_threads, time_steps
+from mlflow_perfgate.workloads.tinylm import TinyLMConfig, TinyLMWorkload
+
+SECTIONS = ("clock", "spread", "runners", "phases", "compare")
 
 
 def compare_clocks(conditions: dict, threads: int, steps: int, rounds: int, min_run_time: float) -> None:
@@ -74,9 +96,183 @@ def compare_spreads(conditions: dict, threads: int, attempts: int, warmup: int, 
               f" {max(values):>8.3f} {statistics.median(walls[arm]):>7.2f}")
 
 
+def measured_s(result) -> float:
+    return sum(result.step_times_ms) / 1e3
+
+
+def compare_runners(conditions: dict, threads: int, attempts: int) -> None:
+    """Wall over measured time per attempt, by runner, and forked over spawned latency."""
+    print(f"supervision cost: {attempts} fork and {attempts} spawn attempts, TinyLM {conditions}, "
+          f"default warm-up and steps, probe on, {threads} thread(s), ABBA order")
+    results: dict[str, list] = {"fork": [], "spawn": []}
+    with attempt_runner("fork", workload="tinylm") as fork, attempt_runner("spawn") as spawn:
+        started = time.perf_counter()
+        fork.status()  # the server's start is the comparison's, once: not an attempt's
+        print(f"  fork server ready after {time.perf_counter() - started:.2f} s")
+        runners = {"fork": fork, "spawn": spawn}
+        for kind in interleave(attempts, arms=("fork", "spawn")):
+            result = runners[kind].run("tinylm", conditions, threads=threads, timeout_s=300)
+            if not result.ok:
+                raise SystemExit(f"{kind} attempt failed: {result.failure}\n{result.failure_detail}")
+            results[kind].append(result)
+    print(f"{'runner':>7} {'wall s':>7} {'measured s':>11} {'overhead ms':>12} {'wall/measured':>14} "
+          f"{'latency ms':>11}")
+    for kind, values in results.items():
+        ratios = [r.wall_s / measured_s(r) for r in values]
+        print(f"{kind:>7} {statistics.median(r.wall_s for r in values):>7.3f}"
+              f" {statistics.median(measured_s(r) for r in values):>11.3f}"
+              f" {statistics.median((r.wall_s - measured_s(r)) * 1e3 for r in values):>12.1f}"
+              f" {statistics.median(ratios):>14.2f} {statistics.median(r.latency_ms for r in values):>11.3f}")
+    fork_ratio = statistics.median(r.wall_s / measured_s(r) for r in results["fork"])
+    print(f"fork wall/measured {fork_ratio:.2f} ({'inside' if fork_ratio <= 1.3 else 'OUTSIDE'} the 1.3 target);"
+          f" spawn {statistics.median(r.wall_s / measured_s(r) for r in results['spawn']):.2f}")
+    # Pairs sit next to each other in time, so the per-pair ratio cancels slow drift.
+    pairs = [f.latency_ms / s.latency_ms for f, s in zip(results["fork"], results["spawn"])]
+    same = statistics.median(pairs)
+    print(f"forked/spawned latency_ms, median over {len(pairs)} pairs: {same:.3f} "
+          f"({'inside' if 0.97 <= same <= 1.03 else 'OUTSIDE'} 0.97-1.03); "
+          f"min {min(pairs):.3f}, max {max(pairs):.3f}")
+    # The fastest step of an attempt is what contention leaves alone: the steadier figure on a
+    # busy machine for whether forking changes the work of a step.
+    fastest = statistics.median(min(f.step_times_ms) / min(s.step_times_ms)
+                                for f, s in zip(results["fork"], results["spawn"]))
+    print(f"forked/spawned fastest step, median over pairs: {fastest:.3f}\n")
+
+
+class PhaseTimedTinyLM(TinyLMWorkload):
+    """TinyLM that notes when each phase of an attempt begins, and the page faults of each step.
+
+    ``run_attempt`` calls, in order: the factory, ``step()`` for the warm-up and measured steps,
+    ``quality()``, the memory estimate's and then the probe's ``forward`` and ``backward``
+    outside any step, and ``close()``. The notes go to ``conditions['phase_log']`` at close.
+    """
+
+    def __init__(self, config: TinyLMConfig, log_path: str, started: float):
+        self.notes: dict = {"factory": started, "steps": [], "faults": [], "passes": []}
+        self._log_path = log_path
+        self._in_step = False
+        super().__init__(config)
+        self.notes["built"] = time.perf_counter()
+
+    def step(self):
+        self._in_step = True
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        try:
+            return super().step()
+        finally:
+            self.notes["steps"].append((start, time.perf_counter()))
+            self.notes["faults"].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+            self._in_step = False
+
+    def forward(self, batch):
+        if not self._in_step:
+            self.notes["passes"].append(time.perf_counter())
+        return super().forward(batch)
+
+    def quality(self) -> float:
+        self.notes["quality"] = time.perf_counter()
+        try:
+            return super().quality()
+        finally:
+            self.notes["quality_end"] = time.perf_counter()
+
+    def close(self) -> None:
+        super().close()
+        self.notes["closed"] = time.perf_counter()
+        self.notes["wall_clock_offset"] = time.time() - time.perf_counter()
+        Path(self._log_path).write_text(json.dumps(self.notes))
+
+
+def phase_timed_tinylm(conditions: dict) -> PhaseTimedTinyLM:
+    """The factory of :class:`PhaseTimedTinyLM` (``bench_harness:phase_timed_tinylm``)."""
+    return PhaseTimedTinyLM(TinyLMConfig.from_conditions(conditions), conditions["phase_log"], time.perf_counter())
+
+
+def phase_breakdown(conditions: dict, threads: int, attempts: int, warmup: int = 2) -> None:
+    """Where a supervised attempt's time goes, and its page faults per step, by runner."""
+    name = "bench_harness:phase_timed_tinylm"
+    print(f"attempt phases: {attempts} attempts per runner of an instrumented TinyLM {conditions}, ms (median)")
+    rows: dict[str, list[dict]] = {"fork": [], "spawn": []}
+    with tempfile.TemporaryDirectory() as tmp, attempt_runner("fork", workload=name) as fork, \
+            attempt_runner("spawn") as spawn:
+        fork.status()
+        runners = {"fork": fork, "spawn": spawn}
+        for index, kind in enumerate(interleave(attempts, arms=("fork", "spawn"))):
+            log = os.path.join(tmp, f"{index}.json")
+            called = time.time()
+            result = runners[kind].run(name, {**conditions, "phase_log": log}, threads=threads, timeout_s=300)
+            if not result.ok:
+                raise SystemExit(f"{kind} attempt failed: {result.failure}\n{result.failure_detail}")
+            notes = json.loads(Path(log).read_text())
+            offset = notes["wall_clock_offset"]
+            steps = notes["steps"]
+            memory_pass, probe_pass = notes["passes"][:2]
+            rows[kind].append({
+                "start": (notes["factory"] + offset - called) * 1e3,
+                "build": (notes["built"] - notes["factory"]) * 1e3,
+                "warm-up": (steps[warmup - 1][1] - steps[0][0]) * 1e3,
+                "measured": (steps[-1][1] - steps[warmup][0]) * 1e3,
+                "quality": (notes["quality_end"] - notes["quality"]) * 1e3,
+                "memory": (probe_pass - memory_pass) * 1e3,
+                "probe": (notes["closed"] - probe_pass) * 1e3,
+                "end": (called + result.wall_s - (notes["closed"] + offset)) * 1e3,
+                "wall": result.wall_s * 1e3,
+                "faults": notes["faults"],
+            })
+    columns = ["start", "build", "warm-up", "measured", "quality", "memory", "probe", "end", "wall"]
+    print(f"{'runner':>7} " + " ".join(f"{c:>9}" for c in columns))
+    for kind, values in rows.items():
+        print(f"{kind:>7} " + " ".join(f"{statistics.median(v[c] for v in values):>9.1f}" for c in columns))
+    print("minor page faults per step (median over attempts): warm-up steps | measured steps")
+    for kind, values in rows.items():
+        per_step = [statistics.median(v["faults"][i] for v in values) for i in range(len(values[0]["faults"]))]
+        print(f"{kind:>7} {per_step[:warmup]} | {per_step[warmup:]}")
+    print()
+
+
+def compare_efficiency(threads: int, kinds: list[str], extra_steps: int = 0) -> None:
+    """Measured step time over wall time of the main job's comparison, by runner.
+
+    With ``extra_steps``, the fork runner's comparison once more with that many measured steps
+    per attempt: how the figure grows when steps, not fixed costs, fill an attempt.
+    """
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    from mlflow_perfgate import harness
+    import mlflow_perfgate.tracking  # noqa: F401 - mlflow's import is not the comparison's cost
+
+    print("compare efficiency: compare('tinylm', {}, {'checkpoint': True}, attempts=5, objective='memory'), "
+          "temporary SQLite store")
+    print(f"{'runner':>15} {'wall s':>7} {'attempts s':>11} {'measured s':>11} {'outside s':>10} {'efficiency':>11}")
+    runs = [(kind, {}) for kind in kinds] + ([("fork", {"steps": extra_steps})] if extra_steps else [])
+    for kind, conditions in runs:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
+            seen = []
+            started = time.perf_counter()
+            result = harness.compare("tinylm", conditions, {"checkpoint": True}, attempts=5, objective="memory",
+                                     runner=kind, threads=threads, progress=False,
+                                     on_attempt=lambda arm, attempt: seen.append(attempt))
+            wall = time.perf_counter() - started
+        measured = sum(measured_s(r) for r in seen)
+        attempts_wall = sum(r.wall_s for r in seen)
+        label = kind + (f" steps={conditions['steps']}" if conditions else "")
+        print(f"{label:>15} {wall:>7.2f} {attempts_wall:>11.2f} {measured:>11.2f} {wall - attempts_wall:>10.2f}"
+              f" {measured / wall:>11.2f}   decision {result['decision']} ({result['reason']})")
+    print("('outside s' is the fork server's warm-up, once, MLflow logging, the evaluation, its plot and report)\n")
+
+
 def _load() -> str:
     """The 1-minute load average: other work on the machine shows up in every figure above."""
     return f"{os.getloadavg()[0]:.2f}"
+
+
+def _loadavg() -> str:
+    """``/proc/loadavg`` as it reads, where there is one."""
+    try:
+        return Path("/proc/loadavg").read_text().strip()
+    except OSError:
+        return "no /proc/loadavg"
 
 
 def main() -> None:
@@ -89,13 +285,30 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=10, help="attempts per mode")
     parser.add_argument("--attempt-warmup", type=int, default=3)
     parser.add_argument("--attempt-steps", type=int, default=20)
+    parser.add_argument("--runner-attempts", type=int, default=10, help="attempts per runner (runners, phases)")
+    parser.add_argument("--compare-runners", default="fork,spawn", help="runners of the compare section")
+    parser.add_argument("--compare-steps", type=int, default=100,
+                        help="also the fork comparison with this many measured steps per attempt (0: not)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}")
     args = parser.parse_args()
+    sections = args.only.split(",")
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--only must name sections of {list(SECTIONS)}, got {unknown}")
     conditions = {"model": "TinyLM", "input_shape": args.input_shape, "dtype": "fp32", "device": "cpu"}
     started = time.perf_counter()
-    print(f"torch {torch.__version__}, {args.threads} thread(s), load average {_load()}\n")
-    compare_clocks(conditions, args.threads, args.steps, args.rounds, args.min_run_time)
-    compare_spreads(conditions, args.threads, args.attempts, args.attempt_warmup, args.attempt_steps)
-    print(f"\ntotal {time.perf_counter() - started:.1f} s, load average {_load()}")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), load average {_load()} ({_loadavg()})\n")
+    if "clock" in sections:
+        compare_clocks(conditions, args.threads, args.steps, args.rounds, args.min_run_time)
+    if "spread" in sections:
+        compare_spreads(conditions, args.threads, args.attempts, args.attempt_warmup, args.attempt_steps)
+    if "runners" in sections:
+        compare_runners(conditions, args.threads, args.runner_attempts)
+    if "phases" in sections:
+        phase_breakdown(conditions, args.threads, max(3, args.runner_attempts // 2))
+    if "compare" in sections:
+        compare_efficiency(args.threads, args.compare_runners.split(","), args.compare_steps)
+    print(f"\ntotal {time.perf_counter() - started:.1f} s, load average {_load()} ({_loadavg()})")
 
 
 if __name__ == "__main__":

@@ -423,7 +423,10 @@ _ALLOW_EMPTY = click.option("--allow-empty", is_flag=True, help="Accept a condit
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Per-attempt wall-clock limit, seconds.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads in every attempt.")
-@click.option("--in-process", is_flag=True, help="Run attempts in this process (faster; a crash takes the run down).")
+@click.option("--in-process", is_flag=True, help="Run attempts in this process (a crash takes the run down).")
+@click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
+              help="What starts each supervised attempt's child: fork (a warm server forks a clean child per "
+                   "attempt; auto where available) or spawn (a fresh python per attempt).")
 @click.option("--until-decisive", is_flag=True, help="Add attempt pairs while the answer is rerun, up to --max-attempts.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Per-arm cap for --until-decisive.")
 @click.option("--resume", is_flag=True, help="Add to a group that already holds attempts (a re-run), reusing its "
@@ -432,7 +435,7 @@ _ALLOW_EMPTY = click.option("--allow-empty", is_flag=True, help="Accept a condit
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
-def compare(workload, sets, change, allow_empty, attempts, group, experiment, timeout_s, threads, in_process,
+def compare(workload, sets, change, allow_empty, attempts, group, experiment, timeout_s, threads, in_process, runner,
             until_decisive, max_attempts, resume, output_format, no_progress, **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     conditions = _conditions(sets, allow_empty)
@@ -444,7 +447,7 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
 
     result = run_compare(
         workload, conditions, change, attempts=attempts, group=group,
-        experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s,
+        experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s, runner=runner,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
         resume=resume, **options,
     )
@@ -505,12 +508,14 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Per-attempt wall-clock limit, seconds.")
 @click.option("--in-process", is_flag=True, help="Run attempts in this process.")
+@click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
+              help="What starts each supervised attempt's child (see compare --help).")
 @decision_options
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--gate", is_flag=True, help="Exit with the decision's code (as compare does) instead of 0.")
 @guarded
 def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallback_change, experiment, timeout_s,
-             in_process, no_progress, gate, **kwargs):
+             in_process, runner, no_progress, gate, **kwargs):
     """The main job: diagnose, compare the plan's change under the diagnosis's objective, decide.
 
     Exits 0 once a decision is logged (whatever it is), unless --gate.
@@ -522,7 +527,8 @@ def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallbac
 
     outcome = run_pipeline(workload, conditions, attempts=attempts, capacity_mib=capacity_mib or None,
                            fallback_change=fallback, experiment_name=experiment, steps=steps,
-                           progress=not no_progress, supervised=not in_process, timeout_s=timeout_s, **options)
+                           progress=not no_progress, supervised=not in_process, timeout_s=timeout_s, runner=runner,
+                           **options)
     synthesis = outcome["diagnosis"]["synthesis"]
     click.echo(f"diagnosis: {synthesis['status']}, primary signal {synthesis['primary_signal']}: "
                f"{synthesis['hypothesis']} (run {outcome['diagnosis']['diagnosis_run_id']})")

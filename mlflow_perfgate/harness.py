@@ -161,6 +161,7 @@ def compare(
     experiment_name: str | None = None,
     objective: str | None = None,
     supervised: bool = True,
+    runner: Any = "auto",
     timeout_s: float = 300.0,
     threads: int | None = None,
     until_decisive: bool = False,
@@ -183,6 +184,10 @@ def compare(
         group: the comparison id (default: a new one).
         objective: ``latency`` (default), ``memory`` or ``throughput``.
         supervised: each attempt in a child process (a crash, hang or kill is a failed attempt).
+        runner: what starts those children: ``auto`` (default: one warm server for the whole
+            comparison forks each attempt's child, where fork is available), ``fork``,
+            ``spawn`` (a fresh interpreter per attempt), or an ``AttemptRunner`` the caller
+            owns. A kind's runner is closed when the comparison ends, also on error.
         timeout_s: per-attempt wall-clock limit.
         threads: torch threads for every attempt (default: the current count).
         until_decisive: while the answer is ``rerun`` for lack of evidence, add interleaved
@@ -210,7 +215,10 @@ def compare(
     from tqdm import tqdm  # the checks above need none of these
 
     from .tracking import end_run, evaluate_group, group_state, start_attempt, start_comparison, sync
-    from .workloads import interleave, run_attempt
+    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, interleave, run_attempt
+
+    if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
+        raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
 
     group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     held = group_state(group, experiment_name=experiment_name)
@@ -233,7 +241,8 @@ def compare(
             started = start_attempt(group, arm, arms[arm], experiment_name=experiment_name,
                                     parent_run_id=comparison_id, pair=next_pair + index // 2,
                                     environment={"gpu_name": _gpu_name(arms[arm])})
-            result = run_attempt(workload, arms[arm], supervised=supervised, timeout_s=timeout_s, threads=threads)
+            result = run_attempt(workload, arms[arm], supervised=supervised, timeout_s=timeout_s, threads=threads,
+                                 runner=active)
             if _finish(started, result, arms[arm]) is None:
                 deferred.append(started.attempt_id)
             if on_attempt is not None:
@@ -242,7 +251,12 @@ def compare(
             bar.update(1)
         next_pair += len(order) // 2
 
+    # One runner for the whole comparison: with fork, one warm server for all its attempts.
+    owned = supervised and not isinstance(runner, AttemptRunner)
+    active = runner if supervised and not owned else None
     try:
+        if owned:
+            active = attempt_runner(runner, workload=workload)
         with _terminate_as_exception(), tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt",
                                              disable=not progress, file=sys.stderr) as bar:
             run_block(interleave(attempts), bar)
@@ -273,6 +287,9 @@ def compare(
         except Exception:  # the server may be what failed; the original error matters
             pass
         raise
+    finally:
+        if owned and active is not None:
+            active.close()
     result["comparison_run_id"] = comparison_id
     return result
 
@@ -449,6 +466,7 @@ def pipeline(
     progress: bool = True,
     supervised: bool = True,
     timeout_s: float = 300.0,
+    runner: Any = "auto",
     **evaluate_kwargs: Any,
 ) -> dict:
     """The main job: diagnose, compare the plan's single change under the diagnosis's objective, decide.
@@ -456,7 +474,7 @@ def pipeline(
     When the diagnosis finds no strong signal (or is blocked by correctness), the comparison
     tests ``fallback_change`` on latency instead, and says so; without a fallback it stops after
     the diagnosis. Under ``mlflow run`` (``MLFLOW_RUN_ID`` set) the diagnosis and the comparison
-    nest under the project's run.
+    nest under the project's run. ``runner`` is :func:`compare`'s.
 
     Returns:
         ``{"diagnosis": ..., "decision": <evaluate_group's result or None>, "change": ...,
@@ -477,6 +495,7 @@ def pipeline(
         change, objective = {variable: plan["candidate"][variable]}, chosen_objective or report["objective"]
     decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
                        objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
-                       hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, **evaluate_kwargs)
+                       hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, runner=runner,
+                       **evaluate_kwargs)
     return {"diagnosis": report, "decision": decision, "change": change, "objective": objective,
             "fallback_used": fallback_used}

@@ -8,11 +8,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import mlflow_perfgate as pg
+import mlflow_perfgate.workloads as pg_workloads
 from mlflow_perfgate.cli import main
 from mlflow_perfgate.harness import candidate_change_for, compare, diagnose
 from mlflow_perfgate.tracking import TAG
 
 TINY = {"input_shape": "2,16", "warmup": 1, "steps": 3}
+HOSTILE_OK = "tests.workloads_fixtures.hostile:raiser"
 FIXED = {"model": "Hostile", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32", "device": "cpu",
          "measurement_method": "wall_ms", "warmup": 0, "steps": 2}
 
@@ -48,6 +50,49 @@ def test_hostile_candidate_that_kills_itself_is_a_counted_failure(sqlite_uri):
     assert result["candidate"]["failed_runs"] == 2 and result["candidate"]["attempted_runs"] == 2
     assert all("SIGKILL" in reason for reason in result["candidate"]["failure_reasons"])
     assert result["baseline"]["valid_runs"] == 2
+
+
+@pytest.fixture
+def servers(monkeypatch):
+    """Every attempt server a fork runner starts during the test."""
+    from mlflow_perfgate.workloads import _runner
+
+    started = []
+    original = _runner._Server.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        started.append(self)
+
+    monkeypatch.setattr(_runner._Server, "__init__", spy)
+    return started
+
+
+@pytest.mark.skipif(not pg_workloads.fork_available(), reason="the fork runner needs os.fork on Linux")
+def test_compare_runs_its_attempts_through_one_warm_server_closed_at_the_end(sqlite_uri, servers):
+    seen = []
+    result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False, timeout_s=60,
+                     min_valid_runs=2, on_attempt=lambda arm, attempt: seen.append(attempt.runner))
+    assert seen == ["fork"] * 4 and result["baseline"]["valid_runs"] == 2
+    assert len(servers) == 1 and servers[0].process.poll() is not None
+    # Interrupted after its first attempt, the comparison still closes its server.
+    with pytest.raises(KeyboardInterrupt):
+        compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False, timeout_s=60,
+                on_attempt=lambda arm, attempt: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert len(servers) == 2 and servers[1].process.poll() is not None
+    with pytest.raises(ValueError, match="runner must be one of"):
+        compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=1, progress=False, runner="thread")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not pg_workloads.fork_available(), reason="the fork runner needs os.fork on Linux")
+def test_a_workload_whose_import_crashes_is_failed_attempts_not_a_dead_comparison(sqlite_uri, monkeypatch):
+    monkeypatch.setenv("PERFGATE_HOSTILE_IMPORT", "1")
+    result = compare("tests.workloads_fixtures.crash_on_import:make", {**FIXED, "fail_at": 0}, {"fail_at": 1}, attempts=1,
+                     progress=False, timeout_s=60, runner="fork", min_valid_runs=1)
+    assert (result["decision"], result["reason"]) == ("rerun", "insufficient_valid_runs")
+    for arm in ("baseline", "candidate"):
+        assert result[arm]["failure_reasons"] == ["killed by signal SIGSEGV"]
 
 
 def test_compare_refuses_a_non_single_change(sqlite_uri):

@@ -1,11 +1,13 @@
-"""The attempt runner: supervised failure modes, results, ABBA order, arguments."""
+"""Attempts: supervised failure modes under both runners, the warm fork server, results, ABBA order, arguments."""
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -17,7 +19,25 @@ from mlflow_perfgate import rules
 from mlflow_perfgate.workloads import AttemptResult, interleave, run_attempt
 
 HOSTILE = "tests.workloads_fixtures.hostile"
+FIXTURES = "tests.workloads_fixtures"
 TINY = {"input_shape": "(2, 16)", "seed": 0}
+
+needs_fork = pytest.mark.skipif(not workloads.fork_available(), reason="the fork runner needs os.fork on Linux")
+
+
+@pytest.fixture(scope="module")
+def fork_runner():
+    """One warm server for the module's fork-runner tests: it must survive all of them."""
+    if not workloads.fork_available():
+        pytest.skip("the fork runner needs os.fork on Linux")
+    with workloads.attempt_runner("fork") as runner:
+        yield runner
+
+
+@pytest.fixture(params=["spawn", "fork"])
+def runner(request):
+    """What the supervision tests pass as ``run_attempt(runner=...)``: the default (spawn) or the fork runner."""
+    return None if request.param == "spawn" else request.getfixturevalue("fork_runner")
 
 
 @pytest.mark.parametrize(
@@ -31,8 +51,9 @@ TINY = {"input_shape": "(2, 16)", "seed": 0}
         ("raiser", {"fail_at": 2}, 60, "exception: RuntimeError: boom"),
     ],
 )
-def test_supervised_failure_becomes_result(factory, conditions, timeout_s, expected):
-    result = run_attempt(f"{HOSTILE}:{factory}", conditions, warmup=1, steps=3, timeout_s=timeout_s)
+def test_supervised_failure_becomes_result(factory, conditions, timeout_s, expected, runner):
+    result = run_attempt(f"{HOSTILE}:{factory}", conditions, warmup=1, steps=3, timeout_s=timeout_s,
+                         runner=runner)
     assert result.ok is False
     assert result.failure == expected
     assert result.supervised is True
@@ -41,14 +62,14 @@ def test_supervised_failure_becomes_result(factory, conditions, timeout_s, expec
     json.dumps(result.to_dict())
 
 
-def test_supervised_signal_exit_codes_are_kept():
-    result = run_attempt(f"{HOSTILE}:killer", {}, warmup=0, steps=1)
+def test_supervised_signal_exit_codes_are_kept(runner):
+    result = run_attempt(f"{HOSTILE}:killer", {}, warmup=0, steps=1, runner=runner)
     assert result.exitcode == -9
     assert "before writing its result" in result.failure_detail
 
 
-def test_non_finite_loss_is_localised_by_the_probe():
-    result = run_attempt(f"{HOSTILE}:nan_loss", {}, warmup=0, steps=2)
+def test_non_finite_loss_is_localised_by_the_probe(runner):
+    result = run_attempt(f"{HOSTILE}:nan_loss", {}, warmup=0, steps=2, runner=runner)
     assert result.failure == "non_finite_loss"
     assert "warmup" not in result.failure_detail and "step 0" in result.failure_detail
     rules.validate_validity_report(result.validity)
@@ -57,10 +78,10 @@ def test_non_finite_loss_is_localised_by_the_probe():
     assert result.validity["reproducible"] is True
 
 
-def test_successful_supervised_attempt():
+def test_successful_supervised_attempt(runner):
     # One DataLoader worker: the child's own children must start and end cleanly too.
     conditions = {**TINY, "num_workers": 1}
-    result = run_attempt("tinylm", conditions, warmup=1, steps=4, threads=1)
+    result = run_attempt("tinylm", conditions, warmup=1, steps=4, threads=1, runner=runner)
     assert result.ok, result.failure_detail
     assert result.failure is None and result.exitcode == 0
     assert len(result.step_times_ms) == 4
@@ -80,6 +101,107 @@ def test_successful_supervised_attempt():
     assert in_process.ok and in_process.supervised is False and in_process.validity is None
     assert in_process.quality == result.quality
     assert in_process.final_loss == pytest.approx(result.final_loss, rel=1e-6)
+
+
+def test_global_state_and_leaked_threads_stay_in_their_child(runner):
+    polluted = run_attempt(f"{HOSTILE}:polluter", {}, warmup=0, steps=1, probe=False, timeout_s=60,
+                           runner=runner)
+    # The non-daemon thread it leaves does not hold the child past its result.
+    assert polluted.ok, polluted.failure_detail
+    checked = run_attempt(f"{HOSTILE}:pollution_checker", {}, warmup=0, steps=1, probe=False, timeout_s=60,
+                          runner=runner)
+    assert checked.ok, checked.failure_detail
+
+
+def test_runner_kinds_and_the_record_of_which_ran():
+    assert run_attempt(f"{HOSTILE}:raiser", {"fail_at": 99}, warmup=0, steps=1, probe=False,
+                       supervised=False).runner is None
+    with pytest.raises(ValueError, match="runner must be one of"):
+        run_attempt("tinylm", {}, runner="thread")
+    with pytest.raises(ValueError, match="supervised attempts only"):
+        run_attempt("tinylm", {}, supervised=False, runner="spawn")
+    with pytest.raises(ValueError, match="runner must be one of"):
+        workloads.attempt_runner("vfork")
+    with pytest.raises(ValueError, match="workload must be one of"):
+        workloads.attempt_runner("spawn", workload="no-colon")
+
+
+def test_spawn_is_used_where_fork_is_not_available(monkeypatch):
+    monkeypatch.setattr("mlflow_perfgate.workloads._runner.fork_available", lambda: False)
+    with workloads.attempt_runner("auto") as runner:
+        assert isinstance(runner, workloads.SpawnRunner)
+    with pytest.raises(ValueError, match="needs os.fork on Linux"):
+        workloads.attempt_runner("fork")
+    result = run_attempt(f"{HOSTILE}:raiser", {"fail_at": 0}, warmup=0, steps=1, runner="auto")
+    assert (result.runner, result.failure) == ("spawn", "exception: RuntimeError: boom")
+
+
+@needs_fork
+def test_fork_server_runs_no_torch_op_and_forks_with_one_thread(fork_runner, monkeypatch):
+    # threads=2 and a DataLoader worker: the children start thread pools and processes of their own.
+    result = fork_runner.run("tinylm", {**TINY, "num_workers": 1}, warmup=1, steps=2, threads=2)
+    assert result.ok and result.runner == "fork" and result.torch_threads == 2, result.failure_detail
+    # A positive control: a module whose import runs torch operations and starts a thread is
+    # seen doing so in the importing child, and never imported in the server.
+    monkeypatch.setenv("PERFGATE_HOSTILE_IMPORT", "1")
+    unsafe = f"{FIXTURES}.ops_on_import:make"
+    assert fork_runner.run(unsafe, {}, warmup=0, steps=1, probe=False, timeout_s=60).ok
+    status = fork_runner.status()
+    assert status["threads"] == 1
+    assert status["cuda_initialized"] is False
+    assert status["torch_ops"] == 0
+    assert "mlflow_perfgate.workloads.tinylm" in status["preloaded"]
+    assert f"{FIXTURES}.ops_on_import" not in status["preloaded"]
+    reason = status["not_preloaded"][unsafe]
+    assert "torch operation(s)" in reason and "other thread(s) running" in reason
+    # The server is a separate process that the attempts left as it was.
+    assert status["pid"] != os.getpid() and fork_runner.servers_started == 1
+
+
+@needs_fork
+def test_a_workload_import_that_crashes_or_hangs_is_a_failed_attempt(monkeypatch):
+    monkeypatch.setenv("PERFGATE_HOSTILE_IMPORT", "1")
+    with workloads.attempt_runner("fork") as runner:
+        hung = runner.run(f"{FIXTURES}.hang_on_import:make", {}, warmup=0, steps=1, timeout_s=5)
+        assert hung.failure == "timeout after 5.0s" and hung.runner == "fork"
+        crashed = runner.run(f"{FIXTURES}.crash_on_import:make", {}, warmup=0, steps=1, timeout_s=60)
+        assert crashed.failure == "killed by signal SIGSEGV"
+        assert "importing workload module 'tests.workloads_fixtures.crash_on_import'" in crashed.failure_detail
+        # The next attempt of the same module imports it in its own child, and crashes there.
+        again = runner.run(f"{FIXTURES}.crash_on_import:make", {}, warmup=0, steps=1, timeout_s=60)
+        assert again.failure == "killed by signal SIGSEGV"
+        assert "before writing its result" in again.failure_detail
+        # The comparison goes on, on the same server.
+        fine = runner.run(f"{HOSTILE}:raiser", {"fail_at": 99}, warmup=0, steps=2, timeout_s=60)
+        assert fine.ok and runner.servers_started == 1
+        assert runner.status()["threads"] == 1
+
+
+@needs_fork
+def test_the_server_dying_mid_attempt_fails_that_attempt_and_the_next_gets_a_fresh_server(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    with workloads.attempt_runner("fork", workload=HOSTILE + ":server_killer") as runner:
+        died = runner.run(f"{HOSTILE}:server_killer", {"pid_file": str(pid_file)}, warmup=0, steps=1,
+                          timeout_s=60)
+        assert died.ok is False and died.failure == "attempt server died: killed by signal SIGKILL"
+        assert died.wall_s < 30
+        # The child it left behind (sleeping, in a session of its own) was killed with it.
+        orphan = int(pid_file.read_text())
+        deadline = time.monotonic() + 10
+        while _running(orphan) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(orphan)
+        after = runner.run(f"{HOSTILE}:raiser", {"fail_at": 99}, warmup=0, steps=1, timeout_s=120)
+        assert after.ok and runner.servers_started == 2
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize(
@@ -136,8 +258,8 @@ def test_steps_may_come_from_conditions_but_not_disagree():
         ({"conditions": {"x": object()}}, "JSON-serialisable"),
     ],
 )
-def test_bad_arguments_raise(kwargs, message):
-    arguments = {"workload_name": "tinylm", "conditions": {}, **kwargs}
+def test_bad_arguments_raise(kwargs, message, runner):
+    arguments = {"workload_name": "tinylm", "conditions": {}, "runner": runner, **kwargs}
     with pytest.raises(ValueError, match=message):
         run_attempt(arguments.pop("workload_name"), arguments.pop("conditions"), **arguments)
 
@@ -154,6 +276,28 @@ def test_attempt_result_validates_its_states():
     failed = AttemptResult(ok=False, failure="timeout after 1.0s", step_times_ms=[1, 2])
     assert failed.step_times_ms == (1.0, 2.0)
     assert failed.to_dict()["step_times_ms"] == [1.0, 2.0]
+
+
+def test_stored_results_carry_a_format_version_checked_on_read(tmp_path):
+    from mlflow_perfgate.workloads import _attempt, _wire
+
+    result = AttemptResult(ok=True, latency_ms=2.0, quality=0.5, runner="fork")
+    path = tmp_path / "result.json"
+    _attempt.write_result(path, result)
+    assert json.loads(path.read_text())["format"] == _wire.FORMAT
+    assert not (tmp_path / "result.json.partial").exists()
+    payload, note = _attempt.read_payload(path)
+    assert AttemptResult.from_dict(payload) == result and note is None
+    # A bare dict (before versions) or another version is refused, not guessed at.
+    for stored in (result.to_dict(), {"format": _wire.FORMAT + 1, "result": result.to_dict()}):
+        path.write_text(json.dumps(stored))
+        payload, note = _attempt.read_payload(path)
+        assert payload is None and note.startswith("unreadable result") and "format" in note
+    assert _attempt.read_payload(tmp_path / "missing.json") == (None, None)
+    with pytest.raises(_wire.FormatError, match="this reader knows format"):
+        _wire.decode_line(b'{"event": "ready"}', "an event")
+    with pytest.raises(ValueError, match="runner must be one of"):
+        AttemptResult(ok=False, failure="x", runner="thread")
 
 
 def test_results_feed_the_rules():
@@ -194,7 +338,7 @@ def test_exported_names_are_exactly_the_public_ones():
 def test_workloads_layer_imports_neither_mlflow_nor_tracking():
     code = (
         "import sys, mlflow_perfgate.workloads, mlflow_perfgate.workloads.tinylm, "
-        "mlflow_perfgate.workloads._child\n"
+        "mlflow_perfgate.workloads._child, mlflow_perfgate.workloads._server\n"
         "bad = sorted(m for m in sys.modules if m == 'mlflow' or m.startswith(('mlflow.', "
         "'mlflow_perfgate.tracking', 'mlflow_perfgate.cli')))\n"
         "assert not bad, bad"

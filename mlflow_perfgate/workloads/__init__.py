@@ -18,20 +18,27 @@ from ._interface import (
     resolve_workload,
 )
 from ._probe import probe_correctness
+from ._runner import RUNNER_KINDS, AttemptRunner, ForkRunner, SpawnRunner, attempt_runner, fork_available
 from ._timing import pinned_threads
 
 __all__ = sorted([
     "AttemptResult",
+    "AttemptRunner",
     "BUILTIN_WORKLOADS",
     "DEFAULT_TIMEOUT_S",
+    "ForkRunner",
     "HFWorkload",
+    "RUNNER_KINDS",
+    "SpawnRunner",
     "STAGES",
+    "attempt_runner",
     "Workload",
     "WorkloadProtocol",
     "choice",
     "collect_memory_evidence",
     "collect_time_evidence",
     "flag",
+    "fork_available",
     "hf_workload",
     "integer",
     "interleave",

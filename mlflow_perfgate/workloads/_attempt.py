@@ -1,11 +1,13 @@
 """Running one attempt: warm-up, timed steps, quality, memory and the correctness probe.
 
-Supervised attempts (the default) run in a child process, ``python -m
-mlflow_perfgate.workloads._child SPEC RESULT``: the parent writes the attempt's spec as JSON,
-the child writes its :class:`AttemptResult` as JSON (atomically, by rename) and exits. The parent
-waits with a timeout and turns every way the child can end into a result: the child's own
-result, ``timeout after Ns`` (the child's process group is killed), ``killed by signal SIGKILL``
-or ``SIGSEGV`` (a negative exit code), or a non-zero exit without a result. Nothing the workload
+Supervised attempts (the default) run in a child process of their own, started by a runner
+(``_runner``): the ``spawn`` runner starts ``python -m mlflow_perfgate.workloads._child SPEC
+RESULT`` for each attempt (the parent writes the attempt's spec as JSON); the ``fork`` runner asks
+a warm attempt server to fork a fresh child. Either way the child writes its
+:class:`AttemptResult` as versioned JSON (atomically, by rename) and exits, and the parent waits
+with a timeout and turns every way the child can end into a result: the child's own result,
+``timeout after Ns`` (the child's process group is killed), ``killed by signal SIGKILL`` or
+``SIGSEGV`` (a negative exit code), or a non-zero exit without a result. Nothing the workload
 does raises in the parent.
 
 In-process attempts (``supervised=False``) skip the ~1-2 s start of a child. They share the
@@ -37,9 +39,10 @@ from ..rules import validate_validity_report
 from ._conditions import parse_int
 from ._contention import ContentionSampler, summarize_steps
 from ._evidence import collect_memory_evidence
-from ._interface import device_of, make_workload, missing_stages, resolve_workload
+from ._interface import device_of, make_workload, missing_stages, resolve_workload, workload_target
 from ._probe import probe_correctness
 from ._timing import TimedSteps, pinned_threads, time_steps
+from ._wire import FormatError, read_json, write_json_atomic
 
 __all__ = ["AttemptResult", "DEFAULT_TIMEOUT_S", "interleave", "run_attempt"]
 
@@ -53,6 +56,7 @@ _MEM_STATUSES = (None, "measured", "estimated")
 _STEP_CONTENTION = ("step_wait_ms", "step_wait_share", "step_cpu_ms", "step_nivcsw")
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
 _CHILD_MODULE = "mlflow_perfgate.workloads._child"
+_RUNNERS = (None, "fork", "spawn")
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,9 @@ class AttemptResult:
         failure: why not, when ``ok`` is false: ``exception: <Type>: <message>``,
             ``invalid_conditions: <message>`` (the factory rejected a condition),
             ``non_finite_loss``, ``non_finite_quality``, ``timeout after <s>s``,
-            ``out_of_memory: <Type>: <message>``, ``killed by signal <NAME>`` or
-            ``exited with code <n>``. ``None`` when ok.
+            ``out_of_memory: <Type>: <message>``, ``killed by signal <NAME>``,
+            ``exited with code <n>`` or ``attempt server died: <how>`` (the fork runner's
+            server ended while the attempt was in flight). ``None`` when ok.
         failure_detail: context for the failure (the step, a traceback, the child's log tail).
         latency_ms: median of ``step_times_ms``.
         step_times_ms: wall time of each measured step (``time.perf_counter``, CUDA synchronised
@@ -78,12 +83,15 @@ class AttemptResult:
         peak_mem_mib: the memory record's ``reserved_mib``.
         mem_status: ``'measured'`` (CUDA), ``'estimated'`` (CPU), or ``None`` when not collected.
         throughput_tok_s: ``tokens_per_step`` per median step, when the workload gives tokens.
-        wall_s: the whole attempt's wall time as the caller saw it (child start included).
+        wall_s: the whole attempt's wall time as the caller saw it, child start included (not
+            the fork runner's server warm-up, which is once per runner, not per attempt).
         workload: the workload name.
         conditions: the conditions as given.
         warmup: warm-up steps asked for.
         steps: measured steps asked for.
         supervised: whether the attempt ran in a child process.
+        runner: which runner started that child: ``'fork'`` (forked by the warm attempt
+            server) or ``'spawn'`` (a fresh interpreter); ``None`` in-process.
         tokens_per_step: the workload's tokens per step, if any.
         final_loss: the last measured step's loss, if the step returned one.
         memory: the full memory record, or ``None``.
@@ -125,6 +133,7 @@ class AttemptResult:
     final_loss: float | None = None
     memory: dict | None = None
     exitcode: int | None = None
+    runner: str | None = None
     contention_status: str | None = None
     runq_wait_ms: float | None = None
     cpu_ms: float | None = None
@@ -169,6 +178,8 @@ class AttemptResult:
             raise ValueError(f"a failed attempt needs a failure reason, got {self.failure!r}")
         if self.mem_status not in _MEM_STATUSES:
             raise ValueError(f"mem_status must be one of {list(_MEM_STATUSES)}, got {self.mem_status!r}")
+        if self.runner not in _RUNNERS:
+            raise ValueError(f"runner must be one of {list(_RUNNERS)}, got {self.runner!r}")
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field (``step_times_ms`` and the per-step lists as lists)."""
@@ -392,7 +403,43 @@ def _resolve_count(name: str, given: int | None, conditions: dict, default: int,
     return default if from_conditions is None else from_conditions
 
 
-def _child_env() -> dict:
+def prepare_spec(workload_name: str, conditions: dict, *, warmup: int | None, steps: int | None,
+                 threads: int | None, timeout_s: float, probe: bool, supervised: bool,
+                 import_workload: bool = True) -> dict:
+    """Check the arguments of an attempt and return its spec (what a child needs to run it).
+
+    Args:
+        import_workload: find the factory here, importing its module (in-process attempts and
+            the spawn runner). ``False`` checks only the name's form: the fork runner's server
+            imports the module, under supervision.
+
+    Raises:
+        ValueError: see :func:`run_attempt`.
+    """
+    if not isinstance(conditions, dict):
+        raise ValueError(f"conditions must be a dict, got {type(conditions).__name__}")
+    if import_workload:
+        resolve_workload(workload_name)
+    else:
+        workload_target(workload_name)
+    warmup = _resolve_count("warmup", warmup, conditions, DEFAULT_WARMUP, minimum=0)
+    steps = _resolve_count("steps", steps, conditions, DEFAULT_STEPS, minimum=1)
+    if threads is None:
+        threads = torch.get_num_threads()
+    elif type(threads) is not int or threads < 1:
+        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if supervised:
+        try:
+            conditions = json.loads(json.dumps(conditions))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"conditions must be JSON-serialisable for a supervised attempt: {error}") from error
+    return {"workload": workload_name, "conditions": conditions, "warmup": warmup, "steps": steps,
+            "threads": threads, "probe": probe}
+
+
+def child_env() -> dict:
     """The parent's environment, with its ``sys.path`` in ``PYTHONPATH``.
 
     The child must import what the parent can: a factory in a test directory, a package on a
@@ -408,55 +455,54 @@ def _child_env() -> dict:
     return env
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL the child's process group (the child and, say, its DataLoader workers)."""
+def kill_group(pgid: int) -> None:
+    """SIGKILL a child's process group (the child and, say, its DataLoader workers)."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _signal_name(number: int) -> str:
+def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
 
 
-def _run_supervised(spec: dict, timeout_s: float) -> AttemptResult:
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="perfgate-attempt-") as tmp:
-        spec_path, result_path, log_path = (Path(tmp) / n for n in ("spec.json", "result.json", "child.log"))
-        spec_path.write_text(json.dumps(spec))
-        command = [sys.executable, "-m", _CHILD_MODULE, str(spec_path), str(result_path)]
-        timed_out = False
-        with open(log_path, "wb") as log:
-            # A session of its own makes the child a process-group leader, so one killpg also
-            # ends the workers it forked.
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, env=_child_env(),
-                                       start_new_session=True)
-            try:
-                exitcode = process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(process)
-                exitcode = process.wait()
-            except BaseException:
-                _kill_group(process)
-                process.wait()
-                raise
-            finally:
-                # Workers orphaned by a crashed child would otherwise outlive the attempt.
-                _kill_group(process)
-        wall_s = time.perf_counter() - started
-        log_tail = _tail(log_path.read_text(errors="replace"))
-        payload = None
-        if result_path.exists() and not timed_out:
-            try:
-                payload = json.loads(result_path.read_text())
-            except ValueError as error:
-                log_tail = f"unreadable result ({error})\n{log_tail}"
+def exit_reason(exitcode: int) -> str:
+    """``killed by signal <NAME>`` for a negative exit code, else ``exited with code <n>``."""
+    return f"killed by signal {signal_name(-exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
+
+
+def read_payload(result_path: Path) -> tuple[dict | None, str | None]:
+    """The result a child wrote, or ``None`` and why it cannot be used (``None`` when absent)."""
+    if not result_path.exists():
+        return None, None
+    try:
+        stored = read_json(result_path, "the attempt result")
+        payload = stored.get("result")
+        if not isinstance(payload, dict):
+            raise FormatError("the attempt result has no 'result' object")
+    except (OSError, FormatError) as error:
+        return None, f"unreadable result ({error})"
+    return payload, None
+
+
+def write_result(result_path: str | os.PathLike, result: AttemptResult) -> None:
+    """Write a child's result for :func:`read_payload` (atomically)."""
+    write_json_atomic(result_path, {"result": result.to_dict()})
+
+
+def result_of_ending(spec: dict, *, timeout_s: float, runner: str, wall_s: float, exitcode: int | None,
+                     timed_out: bool, payload: dict | None, log_tail: str,
+                     died_detail: str | None = None) -> AttemptResult:
+    """Turn the way a supervised child ended into the attempt's result (both runners).
+
+    Args:
+        died_detail: what a non-zero exit means, when the child was not yet running the
+            attempt (the default says whether it died before or after writing its result).
+    """
     base = {
         "workload": spec["workload"],
         "warmup": spec["warmup"],
@@ -464,23 +510,62 @@ def _run_supervised(spec: dict, timeout_s: float) -> AttemptResult:
         "supervised": True,
         "wall_s": wall_s,
         "exitcode": exitcode,
+        "runner": runner,
     }
     if timed_out:
         return AttemptResult(ok=False, failure=_timeout_reason(timeout_s), failure_detail=log_tail or None,
                              torch_threads=spec["threads"], **base)
     if exitcode != 0:
-        reason = (f"killed by signal {_signal_name(-exitcode)}" if exitcode < 0
-                  else f"exited with code {exitcode}")
-        written = "after" if payload is not None else "before"
-        return AttemptResult(ok=False, failure=reason,
-                             failure_detail=f"the child died {written} writing its result\n{log_tail}",
+        if died_detail is None:
+            written = "after" if payload is not None else "before"
+            died_detail = f"the child died {written} writing its result"
+        return AttemptResult(ok=False, failure=exit_reason(exitcode), failure_detail=f"{died_detail}\n{log_tail}",
                              torch_threads=spec["threads"], **base)
     if payload is None:
         return AttemptResult(ok=False, failure="exited with code 0",
                              failure_detail=f"the child wrote no result\n{log_tail}",
                              torch_threads=spec["threads"], **base)
+    payload = dict(payload)
     payload.pop("conditions", None)
     return AttemptResult.from_dict({**payload, **base})
+
+
+def run_spawned(spec: dict, timeout_s: float) -> AttemptResult:
+    """The spawn runner: a fresh ``python -m mlflow_perfgate.workloads._child`` for the attempt."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="perfgate-attempt-") as tmp:
+        spec_path, result_path, log_path = (Path(tmp) / n for n in ("spec.json", "result.json", "child.log"))
+        write_json_atomic(spec_path, {"spec": spec})
+        command = [sys.executable, "-m", _CHILD_MODULE, str(spec_path), str(result_path)]
+        timed_out = False
+        with open(log_path, "wb") as log:
+            # A session of its own makes the child a process-group leader, so one killpg also
+            # ends the workers it forked.
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, env=child_env(),
+                                       start_new_session=True)
+            try:
+                exitcode = process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                kill_group(process.pid)
+                exitcode = process.wait()
+            except BaseException:
+                kill_group(process.pid)
+                process.wait()
+                raise
+            finally:
+                # Workers orphaned by a crashed child would otherwise outlive the attempt.
+                kill_group(process.pid)
+        wall_s = time.perf_counter() - started
+        log_tail = _tail(log_path.read_text(errors="replace"))
+        payload = None
+        if not timed_out:
+            payload, note = read_payload(result_path)
+            if note:
+                log_tail = f"{note}\n{log_tail}"
+    return result_of_ending(spec, timeout_s=timeout_s, runner="spawn", wall_s=wall_s, exitcode=exitcode,
+                            timed_out=timed_out, payload=payload, log_tail=log_tail)
 
 
 def run_attempt(
@@ -493,6 +578,7 @@ def run_attempt(
     supervised: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     probe: bool = True,
+    runner: Any = None,
 ) -> AttemptResult:
     """Run one attempt of a workload under fixed conditions and return what happened.
 
@@ -512,36 +598,38 @@ def run_attempt(
         supervised: run in a child process that may crash, hang or be killed without harming the
             caller. ``False`` runs in this process: faster, but a kill or segfault takes the
             caller with it and a hung step is never interrupted.
-        timeout_s: wall-clock limit of the attempt, child start included. Supervised: the child
-            is killed. In-process: checked between steps only.
+        timeout_s: wall-clock limit of the attempt, child start included (not the fork
+            runner's server start, which is the runner's, once). Supervised: the child is
+            killed. In-process: checked between steps only.
         probe: run the correctness probe.
+        runner: for a supervised attempt, what starts its child: an
+            :class:`~mlflow_perfgate.workloads.AttemptRunner` (see :func:`attempt_runner`; many
+            attempts share its warm server), or a kind, ``"spawn"``, ``"fork"`` or ``"auto"``,
+            for this one attempt. ``None`` is ``"spawn"``: a fresh interpreter per attempt, as
+            before runners existed (a fork runner made for one attempt saves nothing).
 
     Returns:
         The :class:`AttemptResult`.
 
     Raises:
         ValueError: an unknown workload, a bad ``warmup``/``steps``/``threads``/``timeout_s``,
-            ``warmup``/``steps`` that disagree with the same keys in ``conditions``, or (for a
-            supervised attempt) conditions that JSON cannot carry.
+            ``warmup``/``steps`` that disagree with the same keys in ``conditions``, (for a
+            supervised attempt) conditions that JSON cannot carry, a ``runner`` that is not a
+            runner or a kind, or a ``runner`` with ``supervised=False``.
     """
-    if not isinstance(conditions, dict):
-        raise ValueError(f"conditions must be a dict, got {type(conditions).__name__}")
-    resolve_workload(workload_name)
-    warmup = _resolve_count("warmup", warmup, conditions, DEFAULT_WARMUP, minimum=0)
-    steps = _resolve_count("steps", steps, conditions, DEFAULT_STEPS, minimum=1)
-    if threads is None:
-        threads = torch.get_num_threads()
-    elif type(threads) is not int or threads < 1:
-        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe}
     if not supervised:
-        return execute_in_process(workload_name, conditions, warmup=warmup, steps=steps,
-                                  threads=threads, probe=probe, timeout_s=timeout_s)
-    try:
-        json_conditions = json.loads(json.dumps(conditions))
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"conditions must be JSON-serialisable for a supervised attempt: {error}") from error
-    spec = {"workload": workload_name, "conditions": json_conditions, "warmup": warmup,
-            "steps": steps, "threads": threads, "probe": probe}
-    return dataclasses.replace(_run_supervised(spec, float(timeout_s)), conditions=dict(conditions))
+        if runner is not None:
+            raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
+        spec = prepare_spec(workload_name, conditions, supervised=False, **arguments)
+        return execute_in_process(spec["workload"], conditions, warmup=spec["warmup"], steps=spec["steps"],
+                                  threads=spec["threads"], probe=probe, timeout_s=timeout_s)
+    from ._runner import AttemptRunner, attempt_runner, runner_kind
+
+    if isinstance(runner, AttemptRunner):
+        return runner.run(workload_name, conditions, **arguments)
+    kind = runner_kind("spawn" if runner is None else runner)
+    # Bad arguments raise before any process starts.
+    prepare_spec(workload_name, conditions, supervised=True, import_workload=kind == "spawn", **arguments)
+    with attempt_runner(kind) as owned:
+        return owned.run(workload_name, conditions, **arguments)

@@ -147,6 +147,27 @@ class Workload:
         """Release resources such as DataLoader worker processes. Safe to call twice."""
 
 
+def workload_target(name: str) -> tuple[str, str]:
+    """The module and function a workload name stands for, without importing anything.
+
+    Raises:
+        ValueError: the name is neither built in nor of the form ``module:function``.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"workload must be a non-empty string, got {name!r}")
+    target = BUILTIN_WORKLOADS.get(name.strip().lower(), name.strip())
+    prefix, sep, rest = target.partition(":")
+    if sep and prefix.lower() == HF_PREFIX:
+        target = rest  # hf:module:function: the user's module is what gets imported
+    module_name, sep, function_name = target.partition(":")
+    if not sep or not module_name or not function_name:
+        raise ValueError(
+            f"workload must be one of {sorted(BUILTIN_WORKLOADS)}, 'module:function' or "
+            f"'hf:module:function', got {name!r}"
+        )
+    return module_name, function_name
+
+
 def resolve_workload(name: str) -> Callable[[dict], Any]:
     """Find the factory behind a workload name.
 
@@ -171,13 +192,7 @@ def resolve_workload(name: str) -> Callable[[dict], Any]:
         from ._hf import resolve_hf_factory  # imports transformers only when asked for
 
         return resolve_hf_factory(rest)
-    target = BUILTIN_WORKLOADS.get(name.strip().lower(), name.strip())
-    module_name, sep, function_name = target.partition(":")
-    if not sep or not module_name or not function_name:
-        raise ValueError(
-            f"workload must be one of {sorted(BUILTIN_WORKLOADS)}, 'module:function' or "
-            f"'hf:module:function', got {name!r}"
-        )
+    module_name, function_name = workload_target(name)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import threading
 import time
 
 import torch
@@ -155,3 +156,67 @@ class NaNLossWorkload(Workload):
 def nan_loss(conditions: dict) -> NaNLossWorkload:
     """Every loss is NaN, produced by the module ``body.bad``."""
     return NaNLossWorkload(conditions)
+
+
+def _parent_is_attempt_server() -> bool:
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as handle:
+            return b"mlflow_perfgate.workloads._server" in handle.read()
+    except OSError:
+        return False
+
+
+def server_killer(conditions: dict) -> _Hostile:
+    """``step()`` SIGKILLs the fork runner's attempt server (its parent), then sleeps.
+
+    Writes its pid to ``conditions['pid_file']`` first, so a test can see that the runner ended
+    the orphaned child too. Anywhere but under the attempt server it only raises: its parent
+    would be the test process itself.
+    """
+
+    def action():
+        if not _parent_is_attempt_server():
+            raise RuntimeError("server_killer runs only as a child of the attempt server")
+        with open(conditions["pid_file"], "w") as handle:
+            handle.write(str(os.getpid()))
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(60)
+
+    return _Hostile(conditions, action)
+
+
+#: Changed by :func:`polluter` in its own process; :func:`pollution_checker` expects it untouched.
+POLLUTED = False
+
+
+def polluter(conditions: dict) -> _Hostile:
+    """Leaves a non-daemon thread running and changes global state (torch, environment, module).
+
+    Every later attempt must still start clean: see :func:`pollution_checker`.
+    """
+    global POLLUTED
+    POLLUTED = True
+    os.environ["PERFGATE_POLLUTED"] = "1"
+    torch.set_default_dtype(torch.float64)
+    threading.Thread(target=time.sleep, args=(3600,), name="perfgate-leaked", daemon=False).start()
+    return _Hostile({"fail_at": 10**9}, lambda: 1.0)
+
+
+def pollution_checker(conditions: dict) -> _Hostile:
+    """Raises in ``step()`` if anything :func:`polluter` changed is still changed here."""
+
+    def action():
+        found = []
+        if POLLUTED:
+            found.append("module global")
+        if "PERFGATE_POLLUTED" in os.environ:
+            found.append("environment")
+        if torch.get_default_dtype() != torch.float32:
+            found.append(f"default dtype {torch.get_default_dtype()}")
+        if any(t.name == "perfgate-leaked" for t in threading.enumerate()):
+            found.append("leaked thread")
+        if found:
+            raise RuntimeError(f"polluted: {', '.join(found)}")
+        return 1.0
+
+    return _Hostile(conditions, action)

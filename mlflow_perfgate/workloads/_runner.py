@@ -1,0 +1,487 @@
+"""Attempt runners: what starts the child process of each supervised attempt.
+
+Two kinds, one contract (an attempt starts from a clean process, and every way its child can
+end becomes an :class:`AttemptResult`):
+
+* ``spawn``: a fresh ``python -m mlflow_perfgate.workloads._child`` per attempt. Each pays the
+  interpreter's start, ``import torch`` and ``torch._dynamo`` (seconds) before its first step.
+* ``fork``: one warm attempt server per runner (``_server``) imports all that once, and forks a
+  fresh child for every attempt. The server runs no torch operation, so forking stays safe.
+  Linux only.
+
+``attempt_runner("auto")`` picks ``fork`` where it is available, else ``spawn``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ._attempt import (
+    DEFAULT_TIMEOUT_S,
+    AttemptResult,
+    child_env,
+    exit_reason,
+    kill_group,
+    prepare_spec,
+    read_payload,
+    result_of_ending,
+    run_spawned,
+)
+from ._attempt import _tail as tail
+from ._interface import workload_target
+from ._wire import FormatError, decode_line, encode_line
+
+__all__ = ["AttemptRunner", "ForkRunner", "RUNNER_KINDS", "SpawnRunner", "attempt_runner", "fork_available"]
+
+#: The kinds ``attempt_runner`` and ``run_attempt(runner=...)`` accept.
+RUNNER_KINDS = ("auto", "fork", "spawn")
+_SERVER_MODULE = "mlflow_perfgate.workloads._server"
+#: How long a server may take to warm up (imports, under load) before it counts as dead. Not
+#: charged to an attempt's timeout: the server's start is the runner's, once per comparison.
+_START_LIMIT_S = 300.0
+#: After a timeout kill, how long the server may take to report the child's end.
+_REAP_GRACE_S = 10.0
+#: How long a server asked to exit may take before it is killed.
+_EXIT_GRACE_S = 5.0
+_READ_CHUNK = 65536
+
+
+def fork_available() -> bool:
+    """Whether the fork runner can run here: ``os.fork`` on Linux.
+
+    Elsewhere fork is missing (Windows) or unsafe beside system frameworks (macOS).
+    """
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+def runner_kind(kind: Any) -> str:
+    """``'fork'`` or ``'spawn'`` for a kind name (``'auto'`` resolved here).
+
+    Raises:
+        ValueError: not one of :data:`RUNNER_KINDS`, or ``'fork'`` where it is not available.
+    """
+    if kind not in RUNNER_KINDS:
+        raise ValueError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {kind!r}")
+    if kind == "auto":
+        return "fork" if fork_available() else "spawn"
+    if kind == "fork" and not fork_available():
+        raise ValueError(f"runner='fork' needs os.fork on Linux, and this is {sys.platform}; use 'spawn' or 'auto'")
+    return kind
+
+
+class AttemptRunner:
+    """Runs supervised attempts, each in a child process of its own. Not thread-safe to share.
+
+    Use it as a context manager (or call :meth:`close`): a fork runner holds a server process.
+    """
+
+    kind: str = ""
+
+    def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
+            steps: int | None = None, threads: int | None = None, probe: bool = True,
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> AttemptResult:
+        """Run one supervised attempt; the arguments are :func:`run_attempt`'s.
+
+        Raises:
+            ValueError: bad arguments, as :func:`run_attempt` says.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the runner holds. Safe to call twice."""
+
+    def __enter__(self) -> "AttemptRunner":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class SpawnRunner(AttemptRunner):
+    """A fresh interpreter per attempt (``python -m mlflow_perfgate.workloads._child``).
+
+    As supervised attempts ran before runners existed: the caller imports the workload's module
+    to check its name, and every child imports torch again.
+    """
+
+    kind = "spawn"
+
+    def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
+            steps: int | None = None, threads: int | None = None, probe: bool = True,
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> AttemptResult:
+        spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps, threads=threads,
+                            timeout_s=timeout_s, probe=probe, supervised=True)
+        return dataclasses.replace(run_spawned(spec, float(timeout_s)), conditions=dict(conditions))
+
+
+class _ServerGone(Exception):
+    """The attempt server's events pipe ended (it died) or its requests pipe broke."""
+
+
+@dataclasses.dataclass
+class _Ending:
+    """How one request to the server ended, before it becomes a result."""
+
+    how: str  # "exited", "timeout", "server_died", "refused"
+    phase: str = "attempt"
+    exitcode: int | None = None
+    note: str = ""
+    reason: str = ""
+    #: How long the request waited for the server to finish warming up.
+    waited_s: float = 0.0
+
+
+class _Server:
+    """The runner's side of one attempt server process."""
+
+    def __init__(self, scratch: Path, number: int, preload: str | None) -> None:
+        self.log_path = scratch / f"server-{number}.log"
+        command = [sys.executable, "-m", _SERVER_MODULE]
+        if preload:
+            command += ["--preload", preload, str(scratch)]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                            env=child_env(), start_new_session=True, bufsize=0)
+        self.ready = False
+        self.info: dict = {}
+        #: Children the server announced and has not reported ended (their process groups).
+        self.children: set[int] = set()
+        self.buffer = b""
+        self.finalizer = weakref.finalize(self, _Server._kill_process, self.process, self.children)
+
+    @staticmethod
+    def _kill_process(process: subprocess.Popen, children: set[int]) -> None:
+        if process.poll() is None:
+            # Its own process group (its children have sessions of their own).
+            kill_group(process.pid)
+        for pid in list(children):
+            kill_group(pid)
+        for stream in (process.stdin, process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        process.wait()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, message: dict) -> None:
+        data = memoryview(encode_line(message))
+        try:
+            while data:
+                data = data[self.process.stdin.write(data):]
+        except (BrokenPipeError, ValueError, OSError) as error:
+            raise _ServerGone(str(error)) from error
+
+    def read_event(self, deadline: float | None) -> dict | None:
+        """The next event, or ``None`` once ``deadline`` (a ``time.monotonic()``) has passed."""
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self.buffer:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if not ready:
+                return None
+            chunk = os.read(fd, _READ_CHUNK)
+            if not chunk:
+                raise _ServerGone("its events pipe ended")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        try:
+            event = decode_line(line, "an event from the attempt server")
+        except FormatError as error:
+            raise _ServerGone(str(error)) from error
+        if event.get("event") == "started":
+            self.children.add(event["pid"])
+        elif event.get("event") == "exited":
+            self.children.discard(event["pid"])
+        elif event.get("event") == "ready":
+            self.ready, self.info = True, event
+        return event
+
+    def wait_ready(self, deadline: float) -> bool:
+        while not self.ready:
+            if self.read_event(deadline) is None:
+                return False
+        return True
+
+    def death(self) -> str:
+        """How the server ended (waits briefly for it), for ``attempt server died: <how>``."""
+        try:
+            code = self.process.wait(timeout=_EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
+        return exit_reason(code)
+
+    def log_tail(self) -> str:
+        try:
+            return tail(self.log_path.read_text(errors="replace"))
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        self.finalizer()
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                self.send({"op": "exit"})
+                self.process.stdin.close()
+                self.process.wait(timeout=_EXIT_GRACE_S)
+            except (_ServerGone, OSError, subprocess.TimeoutExpired):
+                pass
+        self.finalizer()
+
+
+class ForkRunner(AttemptRunner):
+    """A warm attempt server that forks a fresh child for every attempt (Linux).
+
+    The server starts when the runner is made (it warms up while the caller does other work)
+    and is replaced when it dies: the attempt in flight then fails with ``attempt server died:
+    <how>`` and the next one starts a fresh server. The caller never imports the workload's
+    module: the server imports it once, after a forked child did so first; a name that does not
+    resolve raises ``ValueError`` from :meth:`run`, as with the spawn runner.
+
+    Args:
+        workload: the workload most attempts will run; its module is imported in the server
+            (under the same supervision) as soon as it has warmed up.
+
+    Attributes:
+        servers_started: how many server processes this runner has started.
+    """
+
+    kind = "fork"
+
+    def __init__(self, workload: str | None = None) -> None:
+        if not fork_available():
+            raise ValueError(f"the fork runner needs os.fork on Linux, and this is {sys.platform}")
+        if workload is not None:
+            workload_target(workload)
+        self._workload = workload
+        self._lock = threading.Lock()
+        self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-runner-")
+        self._server: _Server | None = None
+        self._closed = False
+        self.servers_started = 0
+        self._start_server()
+
+    def __repr__(self) -> str:
+        pid = self._server.process.pid if self._server else None
+        return f"ForkRunner(workload={self._workload!r}, server_pid={pid}, closed={self._closed})"
+
+    def _start_server(self) -> _Server:
+        self.servers_started += 1
+        self._server = _Server(Path(self._scratch.name), self.servers_started, self._workload)
+        return self._server
+
+    def _live_server(self) -> _Server:
+        if self._closed:
+            raise ValueError("this ForkRunner is closed")
+        if self._server is None or not self._server.alive():
+            if self._server is not None:
+                self._server.kill()
+            self._start_server()
+        return self._server
+
+    def _discard(self, server: _Server) -> None:
+        server.kill()
+        if self._server is server:
+            self._server = None
+
+    def status(self, timeout_s: float = 120.0) -> dict:
+        """The server's own account of itself (waits for it to warm up).
+
+        Returns:
+            ``pid``, ``threads`` (its ``Threads:`` count), ``cuda_initialized``,
+            ``torch_ops`` (aten operations seen during its imports), ``preloaded`` (workload
+            modules imported there), ``not_preloaded`` (workload -> why not), ``warm_failures``
+            and ``warm_s``.
+
+        Raises:
+            RuntimeError: the server died or did not answer within ``timeout_s``.
+        """
+        with self._lock:
+            server = self._live_server()
+            deadline = time.monotonic() + timeout_s
+            try:
+                if server.wait_ready(deadline):
+                    server.send({"op": "status"})
+                    while (event := server.read_event(deadline)) is not None:
+                        if event.get("event") == "status":
+                            return {k: v for k, v in event.items() if k not in ("event", "format")}
+            except _ServerGone as error:
+                self._discard(server)
+                raise RuntimeError(f"the attempt server died: {error}\n{server.log_tail()}") from error
+            except BaseException:
+                self._discard(server)
+                raise
+            # Whatever it is doing, the next attempt gets a server in a known state.
+            self._discard(server)
+            raise RuntimeError(f"the attempt server did not answer within {timeout_s}s")
+
+    def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
+            steps: int | None = None, threads: int | None = None, probe: bool = True,
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> AttemptResult:
+        spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps, threads=threads,
+                            timeout_s=timeout_s, probe=probe, supervised=True, import_workload=False)
+        with self._lock:
+            result = self._run_spec(spec, float(timeout_s))
+        return dataclasses.replace(result, conditions=dict(conditions))
+
+    def _run_spec(self, spec: dict, timeout_s: float) -> AttemptResult:
+        started = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        with tempfile.TemporaryDirectory(prefix="perfgate-attempt-") as tmp:
+            result_path, log_path = Path(tmp) / "result.json", Path(tmp) / "child.log"
+            log_path.touch()
+            server = self._live_server()
+            request = {"op": "run", "spec": spec, "result": str(result_path), "log": str(log_path),
+                       "cwd": os.getcwd(), "env": child_env(),
+                       "path": [os.path.abspath(p) for p in sys.path if p]}
+            try:
+                ending = self._exchange(server, request, deadline)
+            except BaseException:
+                # An interrupt: nothing of the attempt may outlive it, and the server's state
+                # is unknown, so the next attempt gets a fresh one.
+                self._discard(server)
+                raise
+            # The server's warm-up is the runner's, once: not this attempt's time.
+            wall_s = time.perf_counter() - started - ending.waited_s
+            log_tail = tail(log_path.read_text(errors="replace"))
+            payload = note = None
+            if ending.how == "exited" and ending.phase == "attempt":
+                payload, note = read_payload(result_path)
+        if ending.how == "refused":
+            raise ValueError(ending.note)
+        if note:
+            log_tail = f"{note}\n{log_tail}"
+        if ending.note:
+            log_tail = f"{ending.note}\n{log_tail}" if log_tail else ending.note
+        if ending.how == "server_died":
+            return AttemptResult(ok=False, failure=f"attempt server died: {ending.reason}", failure_detail=log_tail,
+                                 torch_threads=spec["threads"], workload=spec["workload"], warmup=spec["warmup"],
+                                 steps=spec["steps"], supervised=True, wall_s=wall_s, runner="fork")
+        died_detail = None
+        if ending.phase == "import":
+            module, _ = workload_target(spec["workload"])
+            died_detail = f"the child died importing workload module {module!r}, before the attempt began"
+        return result_of_ending(spec, timeout_s=timeout_s, runner="fork", wall_s=wall_s, exitcode=ending.exitcode,
+                                timed_out=ending.how == "timeout", payload=payload, log_tail=log_tail,
+                                died_detail=died_detail)
+
+    def _exchange(self, server: _Server, request: dict, deadline: float) -> _Ending:
+        """Send one run request and follow its events to the end, the deadline enforced here.
+
+        The wait for the server to finish warming up is not charged to the attempt's deadline.
+        """
+        waited = time.monotonic()
+        try:
+            ready = server.wait_ready(waited + _START_LIMIT_S)
+        except _ServerGone:
+            return self._server_died(server, None)
+        if not ready:
+            self._discard(server)
+            return _Ending("server_died", reason=f"it did not start within {_START_LIMIT_S}s",
+                           note=f"the attempt server's log:\n{server.log_tail()}")
+        waited_s = time.monotonic() - waited
+        ending = self._follow(server, request, deadline + waited_s)
+        ending.waited_s = waited_s
+        return ending
+
+    def _follow(self, server: _Server, request: dict, deadline: float) -> _Ending:
+        child = None
+        try:
+            server.send(request)
+            while True:
+                event = server.read_event(deadline)
+                if event is None:
+                    return self._time_out(server, child)
+                kind = event.get("event")
+                if kind == "started":
+                    child = event["pid"]
+                elif kind == "done":
+                    if event.get("outcome") == "refused":
+                        return _Ending("refused", note=event.get("message", ""))
+                    if child is not None:
+                        # Workers orphaned by a crashed child would otherwise outlive the attempt.
+                        kill_group(child)
+                    return _Ending("exited", phase=event.get("phase", "attempt"), exitcode=event.get("exitcode"))
+        except _ServerGone:
+            return self._server_died(server, child)
+
+    def _server_died(self, server: _Server, child: int | None) -> _Ending:
+        """The server ended mid-request: its children (sessions of their own) go with it."""
+        how = server.death()
+        for pid in set(server.children) | ({child} if child is not None else set()):
+            kill_group(pid)
+        self._discard(server)
+        return _Ending("server_died", reason=how, note=f"the attempt server's log:\n{server.log_tail()}")
+
+    def _time_out(self, server: _Server, child: int | None) -> _Ending:
+        """Kill the child in flight (its process group) and collect the server's report of its end."""
+        grace = time.monotonic() + _REAP_GRACE_S
+        exitcode = None
+        try:
+            # A child the server forked but had not announced yet is announced within the grace.
+            while True:
+                for pid in server.children:
+                    kill_group(pid)
+                event = server.read_event(grace)
+                if event is None:
+                    self._discard(server)
+                    return _Ending("timeout", exitcode=exitcode, note="the attempt server did not report the end")
+                if event.get("event") == "started":
+                    child = event["pid"]
+                    kill_group(child)
+                elif event.get("event") == "exited":
+                    exitcode = event.get("exitcode")
+                elif event.get("event") == "done":
+                    if child is not None:
+                        kill_group(child)
+                    return _Ending("timeout", exitcode=event.get("exitcode", exitcode))
+        except _ServerGone:
+            self._server_died(server, child)
+            return _Ending("timeout", exitcode=exitcode)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+            self._scratch.cleanup()
+
+
+def attempt_runner(kind: str = "auto", workload: str | None = None) -> AttemptRunner:
+    """A runner for many supervised attempts; use it as a context manager.
+
+    Args:
+        kind: ``'fork'`` (a warm server forks each attempt's child; Linux), ``'spawn'`` (a fresh
+            interpreter per attempt) or ``'auto'`` (fork where available, else spawn).
+        workload: for the fork runner, the workload whose module the server imports as soon as
+            it has warmed up (else at its first attempt); checked for its form here.
+
+    Returns:
+        A :class:`ForkRunner` (its server already starting) or a :class:`SpawnRunner`.
+
+    Raises:
+        ValueError: an unknown kind, ``'fork'`` where fork is not available, or a malformed
+            workload name.
+    """
+    resolved = runner_kind(kind)
+    if workload is not None:
+        workload_target(workload)
+    return ForkRunner(workload) if resolved == "fork" else SpawnRunner()

@@ -1,0 +1,401 @@
+"""The fork runner's warm attempt server: ``python -m mlflow_perfgate.workloads._server``.
+
+One server serves one runner (one comparison). It pays once for what every fresh interpreter
+pays per attempt (``import torch``, ``torch._dynamo``, which the first optimizer pulls in,
+scipy, this package) and then forks a fresh child for every attempt, so each attempt still
+starts from a clean process: whatever the workload does (a segfault, ``os._exit``, a SIGKILL, a
+hang, a leaked thread, a change to global state) happens in its child and ends with it.
+
+It must stay safe to fork, so it never runs a torch operation: no intra-op thread pool (OpenMP
+keeps its threads and forgets them in a child), no CUDA context (which a forked child cannot
+use). What proves it, reported by ``status``: ``threads`` (``Threads:`` of
+``/proc/self/status``) is 1, ``cuda_initialized`` is false, and ``torch_ops``, the aten
+operations a counting ``TorchDispatchMode`` saw during every import the server made after torch
+itself, is 0. A workload's module is imported here only after a forked child imported it first
+and saw the same (no operation, no thread left running, no CUDA); otherwise each attempt's
+child imports it itself, as a spawned child would. An import that crashes or hangs does so in
+that child.
+
+Protocol: one versioned JSON object a line (``_wire``), requests on stdin, events on stdout; the
+server's own log is stderr. Requests ``run`` (an attempt), ``status`` and ``exit``; end of
+stdin (the runner is gone) also ends the server, and with it the attempt in flight. A request's
+events are ``started`` and ``exited`` for each child (with its pid, so that the runner can kill
+its process group on a timeout) and a last ``done`` (``outcome`` ``exited`` or ``refused``, a
+workload name that cannot be resolved). The server reports how its children end; the runner
+enforces timeouts and turns every ending into an :class:`AttemptResult`.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import importlib
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._attempt import exit_reason, kill_group
+from ._child import exit_now, run_spec
+from ._interface import resolve_workload, workload_target
+from ._wire import FormatError, decode_line, encode_line, read_json, write_json_atomic
+
+__all__ = ["Server", "WARM_MODULES", "main", "settle", "thread_count"]
+
+#: Imported in the server so that no forked child pays for them. Each runs no torch operation
+#: (the op counter checks, every start). ``torch._dynamo`` is the big one: the first optimizer
+#: imports it (1-3 s); ``multiprocessing``'s fork pieces serve DataLoader workers.
+WARM_MODULES = (
+    "torch.optim",
+    "torch._dynamo",
+    "torch.utils.checkpoint",
+    "torch.utils.data",
+    "torch.autograd.graph",
+    "torch.profiler",
+    "torch.profiler._cupti_monitor",
+    "multiprocessing.popen_fork",
+    "multiprocessing.queues",
+    "multiprocessing.synchronize",
+    "mlflow_perfgate.workloads.tinylm",
+)
+
+_READ_CHUNK = 65536
+#: Poll interval for a child's exit where ``os.pidfd_open`` is missing.
+_POLL_S = 0.005
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts the aten operations dispatched while it is active (and runs them unchanged)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _ParentGone(Exception):
+    """Standard input ended: the runner closed it or died."""
+
+
+def thread_count() -> int | None:
+    """This process's threads, from ``/proc/self/status`` (``None`` where there is no /proc)."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def settle() -> None:
+    """Fork once with nothing to do, so that thread pools which end at fork end here too.
+
+    OpenBLAS (bundled with numpy and scipy) starts its worker threads when the library loads
+    and stops them in a ``pthread_atfork`` handler before every fork; the server never calls
+    BLAS, so after this they are gone for good and the server forks with one thread.
+    """
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+class Server:
+    """The request loop; every child it forks leaves through :func:`exit_now`, never back here."""
+
+    def __init__(self, requests: int, events: int) -> None:
+        self.requests, self.events = requests, events
+        # What this interpreter started with; every child gets them back.
+        self.initial_handlers = {}
+        for number in signal.valid_signals():
+            try:
+                self.initial_handlers[number] = signal.getsignal(number)
+            except (OSError, ValueError):
+                pass
+        self.ops = _OpCounter()
+        self.buffer = b""
+        self.verdicts: dict[str, dict] = {}
+        self.preloaded: list[str] = []
+        self.warm_failures: dict[str, str] = {}
+        self.started = time.perf_counter()
+        self.warm_s = 0.0
+
+    # -- protocol ---------------------------------------------------------------------------
+
+    def send(self, message: dict) -> None:
+        data = encode_line(message)
+        try:
+            while data:
+                data = data[os.write(self.events, data):]
+        except BrokenPipeError:
+            raise _ParentGone() from None
+
+    def _fill(self) -> None:
+        chunk = os.read(self.requests, _READ_CHUNK)
+        if not chunk:
+            raise _ParentGone()
+        self.buffer += chunk
+
+    def next_request(self) -> dict:
+        while b"\n" not in self.buffer:
+            self._fill()
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return decode_line(line, "a request to the attempt server")
+
+    def wait_child(self, pid: int) -> int:
+        """Wait for child ``pid`` to end and return its exit code (negative: a signal).
+
+        Standard input is watched meanwhile: if the runner goes away, the child's process
+        group is killed and the server ends.
+        """
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        try:
+            while True:
+                watched = [self.requests] if pidfd is None else [self.requests, pidfd]
+                ready, _, _ = select.select(watched, [], [], _POLL_S if pidfd is None else None)
+                if pidfd is None or pidfd in ready:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        return os.waitstatus_to_exitcode(status)
+                if self.requests in ready:
+                    try:
+                        self._fill()
+                    except _ParentGone:
+                        kill_group(pid)
+                        os.waitpid(pid, 0)
+                        raise
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    # -- children ---------------------------------------------------------------------------
+
+    def become_child(self, request: dict) -> None:
+        """In a freshly forked child: a session, stdio, signals, directory and environment of its own."""
+        # Its own session and process group: the runner's killpg on a timeout ends its workers too.
+        os.setsid()
+        for number, handler in self.initial_handlers.items():
+            try:
+                if signal.getsignal(number) != handler:
+                    signal.signal(number, handler)
+            except (OSError, ValueError, TypeError):
+                pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        # The server's pipes are the protocol's: the child must not hold them (the runner sees
+        # the server's end as the end of its events pipe) and writes to its attempt log only.
+        os.close(self.requests)
+        os.close(self.events)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(null)
+        os.close(log)
+        self.buffer = b""
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        faulthandler.enable()
+
+    def fork_child(self, request: dict, body) -> int:
+        """Fork a child that runs ``body()`` (its exit code) and never returns here."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                self.become_child(request)
+                code = body()
+            except SystemExit as error:
+                code = error.code if isinstance(error.code, int) else (0 if error.code is None else 1)
+                if not isinstance(error.code, (int, type(None))):
+                    print(error.code, file=sys.stderr)
+            except BaseException:  # noqa: BLE001 - reported in the attempt log, as a crash
+                traceback.print_exc()
+            finally:
+                exit_now(code)
+        return pid
+
+    def vet(self, workload: str, request: dict) -> tuple[dict, int | None]:
+        """Import ``workload``'s module in a forked child first; preload it here if that was safe.
+
+        Returns:
+            The verdict (``{"refused": message}``, or ``{"preload": bool, "reason": ...}``) and,
+            when the importing child did not end normally, its exit code.
+        """
+        verdict_path = Path(request["result"]).with_name("import.json")
+        module_name, _ = workload_target(workload)
+        if module_name in sys.modules:
+            # Imported already (a warm module): only the factory's name is left to check.
+            try:
+                resolve_workload(workload)
+            except ValueError as error:
+                return {"refused": str(error)}, None
+            if module_name not in self.preloaded:
+                self.preloaded.append(module_name)
+            return {"preload": True, "reason": None}, None
+
+        def body() -> int:
+            ops = _OpCounter()
+            try:
+                with ops:
+                    resolve_workload(workload)
+            except ValueError as error:
+                verdict = {"refused": str(error)}
+            except BaseException as error:  # noqa: BLE001 - the attempt's own child will say it again
+                verdict = {"preload": False, "reason": f"importing it raised {type(error).__name__}: {error}"}
+                traceback.print_exc()
+            else:
+                settle()
+                problems = []
+                if ops.count:
+                    problems.append(f"its import ran {ops.count} torch operation(s)")
+                threads = thread_count()
+                if threads not in (None, 1):
+                    problems.append(f"its import left {threads - 1} other thread(s) running")
+                if torch.cuda.is_initialized():
+                    problems.append("its import initialised CUDA")
+                verdict = {"preload": not problems, "reason": "; ".join(problems) or None}
+            write_json_atomic(verdict_path, {"verdict": verdict})
+            return 0
+
+        pid = self.fork_child(request, body)
+        self.send({"event": "started", "pid": pid, "phase": "import"})
+        exitcode = self.wait_child(pid)
+        self.send({"event": "exited", "pid": pid, "phase": "import", "exitcode": exitcode})
+        if exitcode != 0:
+            return {"preload": False, "reason": f"the importing child {exit_reason(exitcode)}"}, exitcode
+        try:
+            verdict = read_json(verdict_path, "the import verdict")["verdict"]
+        except (OSError, FormatError, KeyError) as error:
+            verdict = {"preload": False, "reason": f"no verdict from the importing child ({error})"}
+        if verdict.get("preload"):
+            try:
+                with self.ops:
+                    importlib.import_module(module_name)
+            except Exception as error:  # noqa: BLE001 - its children will import it themselves
+                verdict = {"preload": False, "reason": f"importing it here raised {type(error).__name__}: {error}"}
+            else:
+                if thread_count() not in (None, 1):
+                    settle()
+                if module_name not in self.preloaded:
+                    self.preloaded.append(module_name)
+                gc.freeze()
+        return verdict, None
+
+    def run(self, request: dict) -> None:
+        spec = request["spec"]
+        for entry in request.get("path", []):
+            if entry not in sys.path:
+                sys.path.append(entry)
+        workload = spec["workload"]
+        verdict = self.verdicts.get(workload)
+        if verdict is None:
+            verdict, died = self.vet(workload, request)
+            self.verdicts[workload] = verdict
+            if died is not None:
+                # The import itself crashed, or the runner killed it on a timeout: that ends
+                # this attempt; the next one's child imports the module by itself.
+                self.send({"event": "done", "outcome": "exited", "phase": "import", "exitcode": died})
+                return
+        if "refused" in verdict:
+            self.send({"event": "done", "outcome": "refused", "message": verdict["refused"]})
+            return
+        pid = self.fork_child(request, lambda: run_spec(spec, request["result"]))
+        self.send({"event": "started", "pid": pid, "phase": "attempt"})
+        exitcode = self.wait_child(pid)
+        self.send({"event": "exited", "pid": pid, "phase": "attempt", "exitcode": exitcode})
+        self.send({"event": "done", "outcome": "exited", "phase": "attempt", "exitcode": exitcode})
+
+    def status(self) -> dict:
+        return {
+            "event": "status",
+            "pid": os.getpid(),
+            "threads": thread_count(),
+            "cuda_initialized": torch.cuda.is_initialized(),
+            "torch_ops": self.ops.count,
+            "preloaded": list(self.preloaded),
+            "not_preloaded": {name: v.get("reason") or v.get("refused")
+                              for name, v in self.verdicts.items() if not v.get("preload")},
+            "warm_failures": dict(self.warm_failures),
+            "warm_s": self.warm_s,
+        }
+
+    # -- life -------------------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        for name in WARM_MODULES:
+            try:
+                with self.ops:
+                    importlib.import_module(name)
+            except Exception as error:  # noqa: BLE001 - a child imports what it needs anyway
+                self.warm_failures[name] = f"{type(error).__name__}: {error}"
+        settle()
+        # Objects that exist now are never collected in a child: a collection there then does
+        # not write to (and copy) every page the server shares with it.
+        gc.collect()
+        gc.freeze()
+        self.warm_s = time.perf_counter() - self.started
+
+    def serve(self, preload: str | None = None, scratch: str | None = None) -> int:
+        try:
+            self.warm_up()
+            self.send({**self.status(), "event": "ready"})
+            if preload:
+                # The runner's workload, while the runner prepares its first attempt (whose
+                # deadline covers what is left of this). The importing child's pid is announced,
+                # so a timeout kills it; if it dies, each attempt's child imports the module itself.
+                request = {"result": os.path.join(scratch, "preload-result.json"),
+                           "log": os.path.join(scratch, "preload.log"), "cwd": os.getcwd(),
+                           "env": dict(os.environ)}
+                self.verdicts[preload], _ = self.vet(preload, request)
+            while True:
+                request = self.next_request()
+                op = request.get("op")
+                if op == "run":
+                    self.run(request)
+                elif op == "status":
+                    self.send(self.status())
+                elif op == "exit":
+                    return 0
+                else:
+                    self.send({"event": "error", "message": f"unknown op {op!r}"})
+        except _ParentGone:
+            return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``_server [--preload WORKLOAD SCRATCH_DIR]``: serve the runner on stdin and stdout."""
+    argv = sys.argv[1:] if argv is None else argv
+    preload = scratch = None
+    if argv[:1] == ["--preload"]:
+        preload, scratch = argv[1], argv[2]
+    # The protocol gets its own descriptors; fd 0 reads nothing and fd 1 joins the log (stderr),
+    # so nothing printed here can corrupt a message.
+    requests, events = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    faulthandler.enable()
+    return Server(requests, events).serve(preload, scratch)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
