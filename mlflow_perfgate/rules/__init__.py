@@ -15,7 +15,7 @@ line's fast path) imports no statistics library.
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_exports
 
 _SPEC_AND_RULES = {
     "DEFAULT_THRESHOLDS": "_policy",
@@ -70,14 +70,5 @@ _RECORDS = {
 __all__ = sorted(_SPEC_AND_RULES)
 
 
-def __getattr__(name: str):
-    module_name = _SPEC_AND_RULES.get(name) or _RECORDS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'mlflow_perfgate.rules' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module_name}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_SPEC_AND_RULES) | set(_RECORDS))
+__getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in {**_SPEC_AND_RULES, **_RECORDS}.items()},
+                                    globals())

@@ -28,23 +28,13 @@ import statistics
 from typing import Mapping
 
 from ._checks import (
-    REL_TOL,
     above,
-    contention_flags,
-    exceedance_tail_check,
-    failure_notes,
-    failure_rate_check,
-    hopeless_failures_check,
-    p_value_text,
-    precondition,
-    quality_check,
-    verdict_of,
 )
 from ._policy import Policy
-from ._records import ArmSummary, Check, Decision, interval_text, pct
+from ._records import ArmSummary, Decision, interval_text
 from ._registry import Figure, Method, Objective
-from ._robust import advice_floor, improvement_verdict, no_regression_verdict, robust_rule
-from ._sequential import sequential_thresholds
+from ._robust import advice_floor, robust_rule
+from ._statistical import Estimate, statistical_texts, statistical_decision
 from ._stats import log_ratios, min_pairs_signed_rank, paired_log_shift, recommended_pairs, signed_rank_test
 
 __all__ = ["MIN_ROUNDS", "PAIRED", "complete_rounds", "paired_rule"]
@@ -82,14 +72,7 @@ def _interval_text(f: Mapping) -> str:
             f"({interval_text(f['low'], f['high'], f['confidence'])}, Hodges-Lehmann of the log ratios)")
 
 
-def _improvement_text(f: Mapping) -> str:
-    return (f"{_interval_text(f)}, an improvement of {pct(1 - f['ratio'])}; required {pct(f['required'])} "
-            f"and one-sided Wilcoxon signed-rank ({f['how']}) {p_value_text(f['p_value'], f['alpha'])}")
-
-
-def _no_regression_text(f: Mapping) -> str:
-    return (f"{_interval_text(f)} against the allowed slowdown 1 + margin = {1 + f['margin']:.3f}; "
-            f"one-sided Wilcoxon signed-rank ({f['how']}) p (slower) = {f['p_value']:.3g}")
+_improvement_text, _no_regression_text = statistical_texts(_interval_text, lambda f: f"Wilcoxon signed-rank ({f['how']})")
 
 
 def _fallback(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, rounds: int,
@@ -155,73 +138,22 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
     rounds, base_r, cand_r = complete_rounds(b, c)
     if len(rounds) < MIN_ROUNDS:
         return _fallback(b, c, policy, objective, len(rounds), look, max_looks)
-    alpha, confidence = policy.alpha, policy.confidence
-    if look is not None and max_looks is not None and max_looks > 1:
-        spent = sequential_thresholds(look, max_looks, alpha=alpha, confidence=confidence)
-        alpha, confidence = spent["alpha"], spent["confidence"]
-    labels = {"method": "paired", "mode": policy.mode, "objective": objective.name, "notes": failure_notes(b, c)}
     d = log_ratios(base_r, cand_r)
-    boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
-    tail_alpha = (1 - confidence) / 2
-    hopeless = hopeless_failures_check(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
-    reason = precondition(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
-    if hopeless is not None and reason is not None:
-        return Decision("reject", "unreliable_candidate", b, c, (hopeless,),
-                        figures={"maximum_failure_rate": policy.maximum_failure_rate, "pairs": len(rounds)},
-                        advice={"recommended_attempts": None}, **labels)
-    if reason == "insufficient_valid_runs":
-        recommended = _advice(d, math.exp(paired_log_shift(d, None)[0]), policy, alpha, tail_alpha,
-                              policy.min_valid_runs)
-        return Decision("rerun", reason, b, c, figures={"pairs": len(rounds)},
-                        advice={"recommended_attempts": recommended}, **labels)
-    if reason is not None:
-        return Decision("rerun", reason, b, c, figures={"pairs": len(rounds)},
-                        advice={"recommended_attempts": None}, **labels)
 
-    alternative = "less" if policy.mode == "improvement" else "greater"
-    p_value, how = signed_rank_test(d, alternative)
-    shift, low_log, high_log = paired_log_shift(d, confidence)
-    ratio = math.exp(shift)
-    low = None if low_log is None else math.exp(low_log)
-    high = None if high_log is None else math.exp(high_log)
+    def estimate(alpha: float, confidence: float) -> Estimate:
+        p_value, how = signed_rank_test(d, "less" if policy.mode == "improvement" else "greater")
+        shift, low, high = paired_log_shift(d, confidence)
+        return Estimate(p_value, math.exp(shift), None if low is None else math.exp(low),
+                        None if high is None else math.exp(high), figures={"p_value_method": how},
+                        text_figures={"pairs": len(rounds), "how": how})
 
-    tail = exceedance_tail_check(b, c, policy.maximum_p95_ratio, alpha, REL_TOL)
-    shift_figures = {"ratio": ratio, "low": low, "high": high, "confidence": confidence, "p_value": p_value,
-                     "pairs": len(rounds), "how": how}
-    if policy.mode == "improvement":
-        passed = improvement_verdict(ratio, low, p_value, alpha, policy.min_improvement)
-        main = Check.build("improvement_ok", passed,
-                           {**shift_figures, "required": policy.min_improvement, "alpha": alpha}, _improvement_text)
-    else:
-        passed = no_regression_verdict(low, high, policy.margin)
-        main = Check.build("no_regression_ok", passed, {**shift_figures, "margin": policy.margin},
-                           _no_regression_text)
-    checks = (failure_rate_check(b, c, policy.maximum_failure_rate, REL_TOL),
-              quality_check(b, c, policy.quality_tolerance, REL_TOL), tail, main)
-    verdict, reason = verdict_of(list(checks))
-    recommended = None
-    if reason == "inconclusive":
-        recommended = _advice(d, ratio, policy, alpha, tail_alpha, len(rounds) + 1)
-    figures = {
-        "baseline_noise": (b.p95_ms - b.median_ms) / b.median_ms,
-        "observed_improvement": (b.median_ms - c.median_ms) / b.median_ms,
-        "required_improvement": -boundary,
-        "maximum_failure_rate": policy.maximum_failure_rate,
-        "maximum_p95_ratio": policy.maximum_p95_ratio,
-        "margin": policy.margin,
-        "alpha": alpha,
-        "confidence": confidence,
-        "p_value": p_value,
-        "p_value_method": how,
-        "ratio_estimate": ratio,
-        "ratio_ci_low": low,
-        "ratio_ci_high": high,
-        "pairs": len(rounds),
-        "p95_ratio": tail.figures["ratio"],
-        "p95_p_value": tail.figures["p_value"],
-    }
-    advice = {"recommended_attempts": recommended, "contention": contention_flags(b, c)}
-    return Decision(verdict, reason, b, c, checks, figures=figures, advice=advice, **labels)
+    def advice(alpha: float, tail_alpha: float, at_least: int, ratio: float | None) -> int | None:
+        ratio = math.exp(paired_log_shift(d, None)[0]) if ratio is None else ratio
+        return _advice(d, ratio, policy, alpha, tail_alpha, at_least)
+
+    return statistical_decision(b, c, policy, objective, method="paired", look=look, max_looks=max_looks,
+                                estimate=estimate, advice=advice, texts=(_improvement_text, _no_regression_text),
+                                at_least=len(rounds) + 1, early_figures={"pairs": len(rounds)})
 
 
 def _advice(d, ratio: float, policy: Policy, alpha: float, tail_alpha: float, at_least: int) -> int | None:

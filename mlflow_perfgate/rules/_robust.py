@@ -24,27 +24,16 @@ import math
 from typing import Mapping
 
 from ._checks import (
-    REL_TOL,
     above,
-    below,
-    contention_flags,
-    exceedance_tail_check,
     exceedance_tail_text,
-    failure_notes,
-    failure_rate_check,
-    hopeless_failures_check,
-    p_value_text,
-    precondition,
-    quality_check,
-    verdict_of,
 )
 from ._errors import RuleTypeError, typed_inputs
 from ._policy import MODES, Policy
 from ._explain import common_messages
-from ._records import STATUS_WORDS, ArmSummary, Check, Decision, interval_text, pct
+from ._records import STATUS_WORDS, ArmSummary, Decision, interval_text
 from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._regression import evaluate_seed_non_regression
-from ._sequential import sequential_thresholds
+from ._statistical import Estimate, statistical_texts, improvement_verdict, no_regression_verdict, statistical_decision
 from ._stats import (
     flag_contention,
     hodges_lehmann_ratio,
@@ -82,44 +71,7 @@ def _tail_text(f: Mapping) -> str:
     return exceedance_tail_text(f)
 
 
-def _improvement_text(f: Mapping) -> str:
-    return (f"{_interval_text(f)}, an improvement of {pct(1 - f['ratio'])}; required {pct(f['required'])} "
-            f"and one-sided Mann-Whitney {p_value_text(f['p_value'], f['alpha'])}")
-
-
-def _no_regression_text(f: Mapping) -> str:
-    return (f"{_interval_text(f)} against the allowed slowdown 1 + margin = {1 + f['margin']:.3f}; "
-            f"one-sided Mann-Whitney p (slower) = {f['p_value']:.3g}")
-
-
-def improvement_verdict(ratio: float, low: float | None, p_value: float, alpha: float,
-                        min_improvement: float) -> bool | None:
-    """``improvement_ok`` of a statistical method (robust, paired), with :data:`REL_TOL` in each comparison.
-
-    ``True`` when significant (``p_value`` below ``alpha``) and the estimate shows at least
-    ``min_improvement`` (``ratio <= 1 - min_improvement``); ``False`` when the interval rules
-    such an improvement out (``low > 1 - min_improvement``); ``None`` otherwise.
-    """
-    bar = 1 - min_improvement
-    if below(p_value, alpha) and not above(ratio, bar):
-        return True
-    if low is not None and above(low, bar):
-        return False
-    return None
-
-
-def no_regression_verdict(low: float | None, high: float | None, margin: float) -> bool | None:
-    """``no_regression_ok`` of a statistical method: the interval against ``1 + margin``, with :data:`REL_TOL`.
-
-    ``False`` when the interval lies above ``1 + margin``, ``True`` when it lies at or below it,
-    ``None`` when it straddles it (or is unbounded on the side that matters).
-    """
-    bar = 1 + margin
-    if low is not None and above(low, bar):
-        return False
-    if high is not None and not above(high, bar):
-        return True
-    return None
+_improvement_text, _no_regression_text = statistical_texts(_interval_text, lambda f: "Mann-Whitney")
 
 
 def advice_floor(attempts: int | None, floor: int) -> int | None:
@@ -198,70 +150,25 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
     """
     from scipy.stats import mannwhitneyu
 
-    alpha, confidence = policy.alpha, policy.confidence
-    if look is not None and max_looks is not None and max_looks > 1:
-        spent = sequential_thresholds(look, max_looks, alpha=alpha, confidence=confidence)
-        alpha, confidence = spent["alpha"], spent["confidence"]
-    labels = {"method": "robust", "mode": policy.mode, "objective": objective.name,
-              "notes": failure_notes(b, c)}
     base_ms, cand_ms = list(b.latencies), list(c.latencies)
-    boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
-    tail_alpha = (1 - confidence) / 2
-    hopeless = hopeless_failures_check(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
-    reason = precondition(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
-    if hopeless is not None and reason is not None:
-        return Decision("reject", "unreliable_candidate", b, c, (hopeless,),
-                        figures={"maximum_failure_rate": policy.maximum_failure_rate},
-                        advice={"recommended_attempts": None}, **labels)
-    if reason == "insufficient_valid_runs":
-        recommended = None
-        if min(len(base_ms), len(cand_ms)) >= 2:
+
+    def estimate(alpha: float, confidence: float) -> Estimate:
+        alternative = "less" if policy.mode == "improvement" else "greater"
+        p_value = float(mannwhitneyu(cand_ms, base_ms, alternative=alternative).pvalue)
+        interval = hodges_lehmann_ratio(base_ms, cand_ms, confidence=confidence)
+        return Estimate(p_value, interval["ratio_estimate"], interval["ratio_ci_low"], interval["ratio_ci_high"])
+
+    def advice(alpha: float, tail_alpha: float, at_least: int, ratio: float | None) -> int | None:
+        if min(len(base_ms), len(cand_ms)) < 2:
+            return None
+        if ratio is None:
             ratio = math.exp(log_shift(log_latencies(base_ms, "baseline"), log_latencies(cand_ms, "candidate"),
                                        None)[0])
-            recommended = _advice(base_ms, cand_ms, ratio, policy, alpha, tail_alpha, policy.min_valid_runs)
-        return Decision("rerun", reason, b, c, advice={"recommended_attempts": recommended}, **labels)
-    if reason is not None:
-        return Decision("rerun", reason, b, c, advice={"recommended_attempts": None}, **labels)
+        return _advice(base_ms, cand_ms, ratio, policy, alpha, tail_alpha, at_least)
 
-    alternative = "less" if policy.mode == "improvement" else "greater"
-    p_value = float(mannwhitneyu(cand_ms, base_ms, alternative=alternative).pvalue)
-    interval = hodges_lehmann_ratio(base_ms, cand_ms, confidence=confidence)
-    ratio, low, high = interval["ratio_estimate"], interval["ratio_ci_low"], interval["ratio_ci_high"]
-
-    tail = exceedance_tail_check(b, c, policy.maximum_p95_ratio, alpha, REL_TOL)
-    shift = {"ratio": ratio, "low": low, "high": high, "confidence": confidence, "p_value": p_value}
-    if policy.mode == "improvement":
-        passed = improvement_verdict(ratio, low, p_value, alpha, policy.min_improvement)
-        main = Check.build("improvement_ok", passed, {**shift, "required": policy.min_improvement, "alpha": alpha},
-                           _improvement_text)
-    else:
-        passed = no_regression_verdict(low, high, policy.margin)
-        main = Check.build("no_regression_ok", passed, {**shift, "margin": policy.margin}, _no_regression_text)
-    checks = (failure_rate_check(b, c, policy.maximum_failure_rate, REL_TOL),
-              quality_check(b, c, policy.quality_tolerance, REL_TOL), tail, main)
-    verdict, reason = verdict_of(list(checks))
-    recommended = None
-    if reason == "inconclusive":
-        recommended = _advice(base_ms, cand_ms, ratio, policy, alpha, tail_alpha,
-                              min(len(base_ms), len(cand_ms)) + 1)
-    figures = {
-        "baseline_noise": (b.p95_ms - b.median_ms) / b.median_ms,
-        "observed_improvement": (b.median_ms - c.median_ms) / b.median_ms,
-        "required_improvement": -boundary,
-        "maximum_failure_rate": policy.maximum_failure_rate,
-        "maximum_p95_ratio": policy.maximum_p95_ratio,
-        "margin": policy.margin,
-        "alpha": alpha,
-        "confidence": confidence,
-        "p_value": p_value,
-        "ratio_estimate": ratio,
-        "ratio_ci_low": low,
-        "ratio_ci_high": high,
-        "p95_ratio": tail.figures["ratio"],
-        "p95_p_value": tail.figures["p_value"],
-    }
-    advice = {"recommended_attempts": recommended, "contention": contention_flags(b, c)}
-    return Decision(verdict, reason, b, c, checks, figures=figures, advice=advice, **labels)
+    return statistical_decision(b, c, policy, objective, method="robust", look=look, max_looks=max_looks,
+                                estimate=estimate, advice=advice, texts=(_improvement_text, _no_regression_text),
+                                at_least=min(len(base_ms), len(cand_ms)) + 1)
 
 
 def _advice(base_ms: list, cand_ms: list, ratio: float, policy: Policy, alpha: float, tail_alpha: float,

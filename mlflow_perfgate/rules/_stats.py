@@ -126,16 +126,24 @@ def interval_rank(m: int, n: int, confidence: float) -> int:
 def log_shift(base_logs: np.ndarray, cand_logs: np.ndarray, confidence: float | None):
     """Hodges-Lehmann shift of ``cand_logs`` over ``base_logs`` and its interval (logs; None: unbounded)."""
     diffs = np.subtract.outer(cand_logs, base_logs).ravel()
-    size = diffs.size
-    kth = {(size - 1) // 2, size // 2}
     rank = interval_rank(base_logs.size, cand_logs.size, confidence) if confidence is not None else 0
+    return _median_and_bounds(diffs, rank)
+
+
+def _median_and_bounds(values: np.ndarray, rank: int) -> tuple[float, float | None, float | None]:
+    """The median of ``values`` and its ``rank``-th smallest and largest (the interval; None when ``rank < 1``).
+
+    One partial sort (``np.partition``) finds all four order statistics.
+    """
+    size = values.size
+    kth = {(size - 1) // 2, size // 2}
     if rank >= 1:
         kth |= {rank - 1, size - rank}
-    ordered = np.partition(diffs, sorted(kth))
-    shift = float((ordered[(size - 1) // 2] + ordered[size // 2]) / 2)
+    ordered = np.partition(values, sorted(kth))
+    centre = float((ordered[(size - 1) // 2] + ordered[size // 2]) / 2)
     if rank < 1:
-        return shift, None, None
-    return shift, float(ordered[rank - 1]), float(ordered[size - rank])
+        return centre, None, None
+    return centre, float(ordered[rank - 1]), float(ordered[size - rank])
 
 
 def exceedance_p_value(m: int, rank: int, n: int, exceeding: int) -> float:
@@ -376,17 +384,8 @@ def walsh_averages(d: np.ndarray) -> np.ndarray:
 
 def paired_log_shift(d: np.ndarray, confidence: float | None):
     """Hodges-Lehmann estimate of the centre of ``d`` and its signed-rank interval (None: unbounded)."""
-    walsh = walsh_averages(d)
-    size = walsh.size
-    kth = {(size - 1) // 2, size // 2}
     rank = signed_rank_interval_rank(int(d.size), confidence) if confidence is not None else 0
-    if rank >= 1:
-        kth |= {rank - 1, size - rank}
-    ordered = np.partition(walsh, sorted(kth))
-    shift = float((ordered[(size - 1) // 2] + ordered[size // 2]) / 2)
-    if rank < 1:
-        return shift, None, None
-    return shift, float(ordered[rank - 1]), float(ordered[size - rank])
+    return _median_and_bounds(walsh_averages(d), rank)
 
 
 def signed_rank_test(d, alternative: str) -> tuple[float, str]:

@@ -7,7 +7,7 @@ input at once.
 
 from __future__ import annotations
 
-import importlib
+from .._lazy import lazy_exports
 
 _EXPORTS = {
     "AttemptDeferred": "_attempts",
@@ -43,17 +43,11 @@ _EXPORTS = {
 __all__ = sorted([*_EXPORTS, "DECISION_COLUMNS"])
 
 
+_load, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in _EXPORTS.items()}, globals())
+
+
 def __getattr__(name: str):
     if name == "DECISION_COLUMNS":
         # the columns follow the registries: a method or objective registered later adds its figures
-        return __getattr__("decision_columns")()
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'mlflow_perfgate.tracking' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module_name}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+        return _load("decision_columns")()
+    return _load(name)

@@ -1,0 +1,186 @@
+"""What the statistical methods share: the levels at a look, the preconditions, the checks, the decision.
+
+A statistical method (robust, paired) differs only in its statistic (a one-sided p-value and a
+ratio interval) and in its rerun advice; :func:`statistical_decision` is the rest, written once:
+the levels spent at a look of ``--until-decisive``, the specification's preconditions (with a
+reject for failures that already exceed the rate whatever further attempts bring), the
+failure-rate, quality and tail checks, the improvement or non-regression check, the verdict and
+the figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from ._checks import (
+    REL_TOL,
+    above,
+    below,
+    contention_flags,
+    exceedance_tail_check,
+    failure_notes,
+    failure_rate_check,
+    hopeless_failures_check,
+    p_value_text,
+    precondition,
+    quality_check,
+    verdict_of,
+)
+from ._policy import Policy
+from ._records import ArmSummary, Check, Decision, pct
+from ._registry import Objective
+from ._sequential import sequential_thresholds
+
+__all__ = ["Estimate", "improvement_verdict", "levels", "no_regression_verdict", "statistical_decision",
+           "statistical_texts"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A statistical method's answer: its one-sided p-value and the ratio candidate/baseline with its interval.
+
+    Attributes:
+        p_value: towards a faster candidate (improvement mode) or a slower one (non_regression).
+        ratio, low, high: the estimate and the interval's bounds (``None`` where unbounded).
+        figures: the method's own decision figures (``pairs``, ``p_value_method``).
+        text_figures: what its messages need beyond the shared ones.
+    """
+
+    p_value: float
+    ratio: float
+    low: float | None
+    high: float | None
+    figures: Mapping = field(default_factory=dict)
+    text_figures: Mapping = field(default_factory=dict)
+
+
+def statistical_texts(interval: Callable[[Mapping], str], test: Callable[[Mapping], str]) -> tuple[Callable, Callable]:
+    """The messages of ``improvement_ok`` and ``no_regression_ok`` for a method, from how it names its
+    interval and its test (both read the check's figures)."""
+
+    def improvement(f: Mapping) -> str:
+        return (f"{interval(f)}, an improvement of {pct(1 - f['ratio'])}; required {pct(f['required'])} "
+                f"and one-sided {test(f)} {p_value_text(f['p_value'], f['alpha'])}")
+
+    def no_regression(f: Mapping) -> str:
+        return (f"{interval(f)} against the allowed slowdown 1 + margin = {1 + f['margin']:.3f}; "
+                f"one-sided {test(f)} p (slower) = {f['p_value']:.3g}")
+
+    return improvement, no_regression
+
+
+def levels(policy: Policy, look: int | None, max_looks: int | None) -> tuple[float, float]:
+    """``(alpha, confidence)`` at this look: the policy's, spent across the looks of a sequential comparison."""
+    if look is not None and max_looks is not None and max_looks > 1:
+        spent = sequential_thresholds(look, max_looks, alpha=policy.alpha, confidence=policy.confidence)
+        return spent["alpha"], spent["confidence"]
+    return policy.alpha, policy.confidence
+
+
+def improvement_verdict(ratio: float, low: float | None, p_value: float, alpha: float,
+                        min_improvement: float) -> bool | None:
+    """``improvement_ok`` of a statistical method (robust, paired), with :data:`REL_TOL` in each comparison.
+
+    ``True`` when significant (``p_value`` below ``alpha``) and the estimate shows at least
+    ``min_improvement`` (``ratio <= 1 - min_improvement``); ``False`` when the interval rules
+    such an improvement out (``low > 1 - min_improvement``); ``None`` otherwise.
+    """
+    bar = 1 - min_improvement
+    if below(p_value, alpha) and not above(ratio, bar):
+        return True
+    if low is not None and above(low, bar):
+        return False
+    return None
+
+
+def no_regression_verdict(low: float | None, high: float | None, margin: float) -> bool | None:
+    """``no_regression_ok`` of a statistical method: the interval against ``1 + margin``, with :data:`REL_TOL`.
+
+    ``False`` when the interval lies above ``1 + margin``, ``True`` when it lies at or below it,
+    ``None`` when it straddles it (or is unbounded on the side that matters).
+    """
+    bar = 1 + margin
+    if low is not None and above(low, bar):
+        return False
+    if high is not None and not above(high, bar):
+        return True
+    return None
+
+
+def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, *, method: str,
+                         look: int | None, max_looks: int | None,
+                         estimate: Callable[[float, float], Estimate],
+                         advice: Callable[[float, float, int, float | None], int | None],
+                         texts: tuple[Callable, Callable], at_least: int,
+                         early_figures: Mapping | None = None) -> Decision:
+    """The decision of a statistical method, given its statistic and its advice.
+
+    Args:
+        b, c: the arms' summaries.
+        policy, objective: how to decide, on what.
+        method: the method's name, for the decision's labels.
+        look, max_looks: the look of a sequential comparison.
+        estimate: ``estimate(alpha, confidence) -> Estimate``, run once the preconditions hold.
+        advice: ``advice(alpha, tail_alpha, at_least, ratio) -> attempts per arm or None``;
+            ``ratio`` is ``None`` before any estimate (the method computes its own).
+        texts: the messages of ``improvement_ok`` and ``no_regression_ok``.
+        at_least: the least advice after an inconclusive answer (one more than the attempts seen).
+        early_figures: figures every decision of the method carries, early ones too.
+
+    Returns:
+        The :class:`Decision`: checks ``failure_rate_ok``, ``quality_ok``, ``p95_ok`` (the
+        exceedance tail test) and ``improvement_ok`` or ``no_regression_ok``; reject on a failed
+        check, rerun (``inconclusive``) on an undecided one, else accept.
+    """
+    alpha, confidence = levels(policy, look, max_looks)
+    labels = {"method": method, "mode": policy.mode, "objective": objective.name, "notes": failure_notes(b, c)}
+    early = dict(early_figures or {})
+    tail_alpha = (1 - confidence) / 2
+    hopeless = hopeless_failures_check(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
+    reason = precondition(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
+    if hopeless is not None and reason is not None:
+        return Decision("reject", "unreliable_candidate", b, c, (hopeless,),
+                        figures={"maximum_failure_rate": policy.maximum_failure_rate, **early},
+                        advice={"recommended_attempts": None}, **labels)
+    if reason is not None:
+        recommended = advice(alpha, tail_alpha, policy.min_valid_runs, None) if reason == "insufficient_valid_runs" else None
+        return Decision("rerun", reason, b, c, figures=early, advice={"recommended_attempts": recommended}, **labels)
+
+    found = estimate(alpha, confidence)
+    tail = exceedance_tail_check(b, c, policy.maximum_p95_ratio, alpha, REL_TOL)
+    shift = {"ratio": found.ratio, "low": found.low, "high": found.high, "confidence": confidence,
+             "p_value": found.p_value, **found.text_figures}
+    improvement_text, no_regression_text = texts
+    if policy.mode == "improvement":
+        passed = improvement_verdict(found.ratio, found.low, found.p_value, alpha, policy.min_improvement)
+        main = Check.build("improvement_ok", passed, {**shift, "required": policy.min_improvement, "alpha": alpha},
+                           improvement_text)
+    else:
+        passed = no_regression_verdict(found.low, found.high, policy.margin)
+        main = Check.build("no_regression_ok", passed, {**shift, "margin": policy.margin}, no_regression_text)
+    checks = (failure_rate_check(b, c, policy.maximum_failure_rate, REL_TOL),
+              quality_check(b, c, policy.quality_tolerance, REL_TOL), tail, main)
+    verdict, reason = verdict_of(list(checks))
+    recommended = advice(alpha, tail_alpha, at_least, found.ratio) if reason == "inconclusive" else None
+    boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
+    figures = {
+        "baseline_noise": (b.p95_ms - b.median_ms) / b.median_ms,
+        "observed_improvement": (b.median_ms - c.median_ms) / b.median_ms,
+        "required_improvement": -boundary,
+        "maximum_failure_rate": policy.maximum_failure_rate,
+        "maximum_p95_ratio": policy.maximum_p95_ratio,
+        "margin": policy.margin,
+        "alpha": alpha,
+        "confidence": confidence,
+        "p_value": found.p_value,
+        "ratio_estimate": found.ratio,
+        "ratio_ci_low": found.low,
+        "ratio_ci_high": found.high,
+        "p95_ratio": tail.figures["ratio"],
+        "p95_p_value": tail.figures["p_value"],
+        **early,
+        **found.figures,
+    }
+    advised = {"recommended_attempts": recommended, "contention": contention_flags(b, c)}
+    return Decision(verdict, reason, b, c, checks, figures=figures, advice=advised, **labels)
