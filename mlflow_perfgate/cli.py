@@ -444,7 +444,8 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
         workload, conditions, change, attempts=attempts, group=group,
         experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
-        resume=resume, **options,
+        resume=resume, parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None,  # nested under `mlflow run`
+        **options,
     )
     print_decision(result, output_format)
     exit_for(result)
@@ -456,8 +457,9 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
 @_ALLOW_EMPTY
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
               help="Attempts per arm the proposed comparison will run.")
-@click.option("--capacity-mib", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Memory budget to compare with (default: the GPU's memory, or the machine's RAM on CPU).")
+@click.option("--capacity-mib", type=click.FloatRange(min=0), default=None,
+              help="Memory budget of the target device, MiB (0 or unset: the GPU's memory, or the machine's RAM "
+                   "on CPU).")
 @click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps timed for the evidence.")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
@@ -467,8 +469,9 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
     conditions = _conditions(sets, allow_empty)
     from mlflow_perfgate.harness import diagnose as run_diagnose
 
-    report = run_diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
-                          experiment_name=experiment, steps=steps)
+    report = run_diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib or None,
+                          experiment_name=experiment, steps=steps,
+                          parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None)  # nested under `mlflow run`
     if output_format == "json":
         click.echo(json.dumps(report, indent=2, default=str))
         return
@@ -480,9 +483,14 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
         click.echo(f"hotspot: {synthesis['hotspot']} ({synthesis['hotspot_share_pct']}% of the step)")
         click.echo(f"memory: {synthesis['dominant_object']} dominates; reserved/capacity {synthesis['capacity_ratio']}")
     click.echo(f"plan: {plan['action']}")
+    if report.get("change_reason") and synthesis["status"] != "blocked_by_correctness":
+        click.echo(f"why: {report['change_reason']}")
     if plan["changed_variable"]:
+        from mlflow_perfgate.tracking import canonical_value
+
         variable = plan["changed_variable"]
-        click.echo(f"single change: {variable}: {plan['baseline'][variable]} -> {plan['candidate'][variable]}")
+        click.echo(f"single change: {variable}: {canonical_value(plan['baseline'][variable])} -> "
+                   f"{canonical_value(plan['candidate'][variable])}")
         click.echo(f"objective: {report['objective']}")
         click.echo(f"test it with:\n  {report['command']}")
     click.echo(f"diagnosis run: {report['diagnosis_run_id']}")
@@ -528,6 +536,9 @@ def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallbac
         click.echo(f"no comparison: the plan is {outcome['diagnosis']['plan']['action']}")
         sys.exit(EXIT_CODES["blocked_by_correctness"] if synthesis["status"] == "blocked_by_correctness" else 0)
     (variable, value), = outcome["change"].items()
+    from mlflow_perfgate.tracking import canonical_value
+
+    value = canonical_value(value)
     source = "fallback (the diagnosis proposed no change)" if outcome["fallback_used"] else "the diagnosis's plan"
     click.echo(f"comparison: {variable}={value} from {source}, objective {outcome['objective']}\n")
     print_decision(outcome["decision"], "text")
