@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import sys
 import traceback
 from typing import NoReturn
@@ -376,16 +377,20 @@ def decisions(experiment, group, output_format):
 
     frame = query(experiment_name=experiment, group=group)
     if output_format == "json":
-        click.echo(frame.to_json(orient="records", date_format="iso", indent=2))
+        click.echo(frame.to_json(orient="records", date_format="iso", indent=2))  # lists as JSON arrays
     elif output_format == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
+        lists = {name: frame[name].map(json.dumps) for name in frame.columns
+                 if frame[name].map(lambda value: isinstance(value, list)).any()}
+        click.echo(frame.assign(**lists).to_csv(index=False), nl=False)  # a list as its JSON array's text
     elif frame.empty:
         click.echo("no decisions")
     else:
-        columns = ["start_time", "group", "decision", "reason", "objective", "changed_variable", "baseline_value",
-                   "candidate_value", "baseline_median_ms", "candidate_median_ms", "observed_improvement",
-                   "memory_reduction", "run_id"]
-        click.echo(frame[columns].to_string(index=False, max_colwidth=40))
+        columns = ["start_time", "group", "decision", "failed_checks", "reason_text", "objective", "changed_variable",
+                   "baseline_value", "candidate_value", "baseline_median_ms", "candidate_median_ms",
+                   "observed_improvement", "memory_reduction", "run_id"]
+        shown = frame[columns].assign(failed_checks=frame["failed_checks"].map(lambda names: ", ".join(names) or "-"),
+                                      start_time=frame["start_time"].dt.strftime("%Y-%m-%d %H:%M:%S"))
+        click.echo(shown.rename(columns={"reason_text": "why"}).to_string(index=False, max_colwidth=48))
 
 
 @cli.command()
@@ -395,12 +400,25 @@ def decisions(experiment, group, output_format):
 def report(group, experiment):
     """Print the markdown report of a group's newest decision."""
     from mlflow_perfgate.errors import InputError
-    from mlflow_perfgate.tracking import decisions as query, read_report
+    from mlflow_perfgate.tracking import attempts_since, decisions as query, read_report
 
     frame = query(experiment_name=experiment, group=group)
     if frame.empty:
         raise InputError(f"no decision for group {group!r}; run evaluate first")
-    click.echo(read_report(frame.iloc[0]["run_id"]), nl=False)
+    run_id = frame.iloc[0]["run_id"]
+    text = read_report(run_id)
+    since = attempts_since(run_id, group, experiment_name=experiment)
+    if since["newer"]:
+        running = f", {since['running']} of them still running" if since["running"] else ""
+        judged = "" if since["judged"] is None else f"it judged {since['judged']}; "
+        note = (f"> **Out of date**: {len(since['newer'])} attempts of this group are newer than this decision"
+                f"{running} ({judged}the group holds {since['held']} now). Decide on them with "
+                f"`mlflow-perfgate evaluate --group {shlex.quote(group)}`.")
+        head, _, rest = text.partition("\n")
+        text = f"{head}\n\n{note}\n{rest}"
+        click.echo(f"warning: {len(since['newer'])} attempts of group {group!r} are newer than its decision; "
+                   "evaluate again", err=True)
+    click.echo(text, nl=False)
 
 
 def _conditions(sets: tuple[str, ...], allow_empty: bool = False) -> dict:
