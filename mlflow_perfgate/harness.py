@@ -28,7 +28,9 @@ __all__ = [
     "compare",
     "diagnose",
     "candidate_change_for",
+    "check_change_reached_workload",
     "compare_command",
+    "require_fixed_conditions",
 ]
 
 #: What a TinyLM comparison fixes when the user does not say (the specification's baseline).

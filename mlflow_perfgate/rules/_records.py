@@ -70,7 +70,8 @@ def plain(value, digits: int = 4) -> str:
 
     ``1034.5`` -> ``"1,034"``, ``12345.6`` -> ``"12,346"``, ``88.4`` -> ``"88.4"``, ``100.0`` ->
     ``"100"``, ``0.0000123`` -> ``"0.0000123"``; integers as they are (with thousands
-    separators); ``n/a`` for ``None``; NaN and infinities as Python writes them.
+    separators); ``n/a`` for ``None``; NaN and infinities as Python writes them, and magnitudes
+    below 1e-9 or from 1e15 on with an exponent.
     """
     if value is None:
         return "n/a"
@@ -84,6 +85,8 @@ def plain(value, digits: int = 4) -> str:
     if value == 0:
         return "0"
     magnitude = math.floor(math.log10(abs(value)))
+    if not -9 <= magnitude < 15:  # beyond what anyone reads digit by digit: an exponent after all
+        return f"{value:.{digits}g}"
     decimals = max(0, digits - 1 - magnitude)
     text = f"{value:,.{decimals}f}"
     if "." in text:
