@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import sys
 import traceback
 from typing import NoReturn
@@ -378,16 +379,20 @@ def decisions(experiment, group, output_format):
 
     frame = query(experiment_name=experiment, group=group)
     if output_format == "json":
-        click.echo(frame.to_json(orient="records", date_format="iso", indent=2))
+        click.echo(frame.to_json(orient="records", date_format="iso", indent=2))  # lists as JSON arrays
     elif output_format == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
+        lists = {name: frame[name].map(json.dumps) for name in frame.columns
+                 if frame[name].map(lambda value: isinstance(value, list)).any()}
+        click.echo(frame.assign(**lists).to_csv(index=False), nl=False)  # a list as its JSON array's text
     elif frame.empty:
         click.echo("no decisions")
     else:
-        columns = ["start_time", "group", "decision", "reason", "objective", "changed_variable", "baseline_value",
-                   "candidate_value", "baseline_median_ms", "candidate_median_ms", "observed_improvement",
-                   "memory_reduction", "run_id"]
-        click.echo(frame[columns].to_string(index=False, max_colwidth=40))
+        columns = ["start_time", "group", "decision", "failed_checks", "reason_text", "objective", "changed_variable",
+                   "baseline_value", "candidate_value", "baseline_median_ms", "candidate_median_ms",
+                   "observed_improvement", "memory_reduction", "run_id"]
+        shown = frame[columns].assign(failed_checks=frame["failed_checks"].map(lambda names: ", ".join(names) or "-"),
+                                      start_time=frame["start_time"].dt.strftime("%Y-%m-%d %H:%M:%S"))
+        click.echo(shown.rename(columns={"reason_text": "why"}).to_string(index=False, max_colwidth=48))
 
 
 @cli.command()
@@ -397,12 +402,25 @@ def decisions(experiment, group, output_format):
 def report(group, experiment):
     """Print the markdown report of a group's newest decision."""
     from mlflow_perfgate.errors import InputError
-    from mlflow_perfgate.tracking import decisions as query, read_report
+    from mlflow_perfgate.tracking import attempts_since, decisions as query, read_report
 
     frame = query(experiment_name=experiment, group=group)
     if frame.empty:
         raise InputError(f"no decision for group {group!r}; run evaluate first")
-    click.echo(read_report(frame.iloc[0]["run_id"]), nl=False)
+    run_id = frame.iloc[0]["run_id"]
+    text = read_report(run_id)
+    since = attempts_since(run_id, group, experiment_name=experiment)
+    if since["newer"]:
+        running = f", {since['running']} of them still running" if since["running"] else ""
+        judged = "" if since["judged"] is None else f"it judged {since['judged']}; "
+        note = (f"> **Out of date**: {len(since['newer'])} attempts of this group are newer than this decision"
+                f"{running} ({judged}the group holds {since['held']} now). Decide on them with "
+                f"`mlflow-perfgate evaluate --group {shlex.quote(group)}`.")
+        head, _, rest = text.partition("\n")
+        text = f"{head}\n\n{note}\n{rest}"
+        click.echo(f"warning: {len(since['newer'])} attempts of group {group!r} are newer than its decision; "
+                   "evaluate again", err=True)
+    click.echo(text, nl=False)
 
 
 def _conditions(sets: tuple[str, ...], allow_empty: bool = False) -> dict:
@@ -449,7 +467,8 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
         workload, conditions, change, attempts=attempts, group=group,
         experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s, runner=runner,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
-        resume=resume, **options,
+        resume=resume, parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None,  # nested under `mlflow run`
+        **options,
     )
     print_decision(result, output_format)
     exit_for(result)
@@ -461,8 +480,9 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
 @_ALLOW_EMPTY
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
               help="Attempts per arm the proposed comparison will run.")
-@click.option("--capacity-mib", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Memory budget to compare with (default: the GPU's memory, or the machine's RAM on CPU).")
+@click.option("--capacity-mib", type=click.FloatRange(min=0), default=None,
+              help="Memory budget of the target device, MiB (0 or unset: the GPU's memory, or the machine's RAM "
+                   "on CPU).")
 @click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps timed for the evidence.")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
@@ -472,8 +492,9 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
     conditions = _conditions(sets, allow_empty)
     from mlflow_perfgate.harness import diagnose as run_diagnose
 
-    report = run_diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
-                          experiment_name=experiment, steps=steps)
+    report = run_diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib or None,
+                          experiment_name=experiment, steps=steps,
+                          parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None)  # nested under `mlflow run`
     if output_format == "json":
         click.echo(json.dumps(report, indent=2, default=str))
         return
@@ -485,9 +506,14 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
         click.echo(f"hotspot: {synthesis['hotspot']} ({synthesis['hotspot_share_pct']}% of the step)")
         click.echo(f"memory: {synthesis['dominant_object']} dominates; reserved/capacity {synthesis['capacity_ratio']}")
     click.echo(f"plan: {plan['action']}")
+    if report.get("change_reason") and synthesis["status"] != "blocked_by_correctness":
+        click.echo(f"why: {report['change_reason']}")
     if plan["changed_variable"]:
+        from mlflow_perfgate.tracking import canonical_value
+
         variable = plan["changed_variable"]
-        click.echo(f"single change: {variable}: {plan['baseline'][variable]} -> {plan['candidate'][variable]}")
+        click.echo(f"single change: {variable}: {canonical_value(plan['baseline'][variable])} -> "
+                   f"{canonical_value(plan['candidate'][variable])}")
         click.echo(f"objective: {report['objective']}")
         click.echo(f"test it with:\n  {report['command']}")
     click.echo(f"diagnosis run: {report['diagnosis_run_id']}")
@@ -536,6 +562,9 @@ def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallbac
         click.echo(f"no comparison: the plan is {outcome['diagnosis']['plan']['action']}")
         sys.exit(EXIT_CODES["blocked_by_correctness"] if synthesis["status"] == "blocked_by_correctness" else 0)
     (variable, value), = outcome["change"].items()
+    from mlflow_perfgate.tracking import canonical_value
+
+    value = canonical_value(value)
     source = "fallback (the diagnosis proposed no change)" if outcome["fallback_used"] else "the diagnosis's plan"
     click.echo(f"comparison: {variable}={value} from {source}, objective {outcome['objective']}\n")
     print_decision(outcome["decision"], "text")

@@ -28,7 +28,9 @@ __all__ = [
     "compare",
     "diagnose",
     "candidate_change_for",
+    "check_change_reached_workload",
     "compare_command",
+    "require_fixed_conditions",
 ]
 
 #: What a TinyLM comparison fixes when the user does not say (the specification's baseline).
@@ -66,6 +68,74 @@ def _shape(value: Any) -> list[int] | None:
     except ValueError:
         return None
     return parsed if isinstance(parsed, list) and all(isinstance(v, int) for v in parsed) else None
+
+
+def require_fixed_conditions(base: dict) -> None:
+    """The specification's fixed conditions, checked before anything is built, profiled or run.
+
+    ``design_single_variable_experiment`` requires every baseline to declare ``model``,
+    ``input_shape``, ``batch_size``, ``dtype``, ``device``, ``repeats`` and
+    ``measurement_method``; TinyLM fills them in (``DEFAULT_CONDITIONS``), a factory of your own
+    gets them from ``--set`` (``repeats`` always comes from ``--attempts``).
+
+    Raises:
+        InputError: some are missing (or ``None``); the message names them and how to give them.
+    """
+    from .rules._experiment import FIXED_CONDITIONS
+
+    missing = sorted(key for key in FIXED_CONDITIONS if base.get(key) is None)
+    if missing:
+        flags = " ".join(f"--set {key}=..." for key in missing)
+        raise InputError(
+            f"the baseline is missing the fixed conditions {missing}; give them ({flags}), or in Python in the "
+            f"conditions dict. Every comparison fixes {sorted(FIXED_CONDITIONS)} (repeats comes from --attempts), "
+            "so that both arms measure the same workload the same way")
+
+
+def check_change_reached_workload(variable: str, baseline: dict | None, candidate: dict | None) -> None:
+    """The changed variable reached the workload: the arms' ``describe()`` differ where it reports the variable.
+
+    Called once per comparison, on the first attempt of each arm that carries the workload's own
+    record (``AttemptResult.memory["workload"]``, its :meth:`~mlflow_perfgate.workloads.Workload.describe`).
+    When ``describe()`` reports the changed variable under its name and both arms report the same
+    value, the factory ignored the condition: every attempt would measure the same workload twice.
+    A variable ``describe()`` does not report is not checked (TinyLM's ``checkpoint``, say).
+
+    Raises:
+        SingleVariableError: the factory ignored the changed variable.
+    """
+    if not isinstance(baseline, dict) or not isinstance(candidate, dict):
+        return
+    if variable not in baseline and variable not in candidate:
+        return
+    from .tracking import canonical_value
+
+    seen_b, seen_c = canonical_value(baseline.get(variable)), canonical_value(candidate.get(variable))
+    if seen_b == seen_c:
+        raise SingleVariableError(
+            f"the workload's factory ignored the changed variable {variable!r}: its describe() reports "
+            f"{variable}={seen_b} in both arms, so baseline and candidate are the same workload. Read the "
+            f"condition in the factory (the conditions dict holds it as text: mlflow_perfgate.workloads.flag, "
+            f"integer, number, shape or choice read it), and report what was built in describe()")
+
+
+class _ChangeWitness:
+    """Feeds :func:`check_change_reached_workload` the first described attempt of each arm, once."""
+
+    def __init__(self, variable: str):
+        self.variable = variable
+        self.described: dict[str, dict] = {}
+        self.done = False
+
+    def see(self, arm: str, result) -> None:
+        if self.done or arm in self.described:
+            return
+        described = (getattr(result, "memory", None) or {}).get("workload")
+        if isinstance(described, dict):
+            self.described[arm] = described
+        if len(self.described) == 2:
+            self.done = True
+            check_change_reached_workload(self.variable, self.described["baseline"], self.described["candidate"])
 
 
 def _validated_change(base: dict, change: dict, hypothesis: str) -> tuple[str, Any]:
@@ -210,6 +280,7 @@ def compare(
     policy_options = {k: v for k, v in evaluate_kwargs.items() if k != "env_mismatch"}
     rules.Policy(objective=objective, **policy_options)  # every option checked before anything runs
     base = _base_conditions(workload, conditions, attempts)
+    require_fixed_conditions(base)
     variable, value = _validated_change(base, change, hypothesis)
     candidate = {**base, variable: value}
     from tqdm import tqdm  # the checks above need none of these
@@ -234,6 +305,7 @@ def compare(
     arms = {"baseline": base, "candidate": candidate}
     next_pair = held["next_pair"]
     deferred: list[str] = []  # attempts kept in the journal while the server was down
+    witness = _ChangeWitness(variable)  # the factory must not ignore the change (checked once per arm)
 
     def run_block(order: list[str], bar) -> None:
         nonlocal next_pair
@@ -245,6 +317,7 @@ def compare(
                                  runner=active)
             if _finish(started, result, arms[arm]) is None:
                 deferred.append(started.attempt_id)
+            witness.see(arm, result)
             if on_attempt is not None:
                 on_attempt(arm, result)
             bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")
@@ -392,6 +465,29 @@ def _cli_value(text: str) -> str:
     return text
 
 
+@contextlib.contextmanager
+def _stderr_into(path: str):
+    """Send this process's file descriptor 2 into ``path`` for the block.
+
+    ``torch.profiler`` (Kineto, in C++) writes its own lines (``profiler_start``,
+    ``profiler_stop``, warnings) straight to the descriptor, past ``sys.stderr``: only a
+    descriptor-level redirect keeps them off the user's terminal. The file is kept as an artifact.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(Exception):
+                    sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
 def diagnose(
     workload: str,
     conditions: dict,
@@ -407,20 +503,29 @@ def diagnose(
 ) -> dict:
     """Evidence -> hypothesis -> single-variable plan, logged as a diagnosis run.
 
-    Builds the workload in this process, runs the correctness probe, times its non-overlapping
-    stages (time evidence), estimates or measures its memory (memory evidence), profiles a few
-    steps (operator table and trace), then ``synthesize_evidence`` and
-    ``design_single_variable_experiment`` with the change :func:`candidate_change_for` draws
-    from the hypothesis.
+    Checks the fixed conditions first (:func:`require_fixed_conditions`), then builds the
+    workload in this process, runs the correctness probe, times its non-overlapping stages
+    (time evidence), estimates or measures its memory (memory evidence), profiles a few steps
+    (operator table and trace; the profiler's own output goes to ``profiler.log`` beside them,
+    not to the terminal), then ``synthesize_evidence`` and ``design_single_variable_experiment``
+    with the change :func:`candidate_change_and_reason` draws from the hypothesis. The diagnosis
+    run starts when the diagnosis starts and ends when it is logged.
+
+    Args:
+        capacity_mib: the memory budget of the target device, MiB; ``None`` (or 0) for this
+            machine's (the GPU's memory, or the RAM on the CPU).
 
     Returns:
-        ``{"bundle", "synthesis", "plan", "objective", "diagnosis_run_id", "command"}``.
+        ``{"bundle", "synthesis", "plan", "objective", "change_reason", "diagnosis_run_id",
+        "diagnosis_run_url", "command"}``.
     """
+    started_ms = int(time.time() * 1000)
+    base = _base_conditions(workload, conditions, attempts)
+    require_fixed_conditions(base)
     from .tracking import log_diagnosis, run_url
     from .workloads import (collect_memory_evidence, collect_time_evidence, make_workload, probe_correctness,
                             profile_operators)
 
-    base = _base_conditions(workload, conditions, attempts)
     instance = make_workload(workload, base)
     files: dict = {}
     tmp = tempfile.mkdtemp(prefix="perfgate-diagnose-")
@@ -429,29 +534,39 @@ def diagnose(
         bundle: dict = {"validity": validity}
         if validity["run_valid"]:
             bundle["time"] = collect_time_evidence(instance, steps=steps)
-            bundle["memory"] = collect_memory_evidence(instance, capacity_mib=capacity_mib)
+            bundle["memory"] = collect_memory_evidence(instance, capacity_mib=capacity_mib or None)
             if profile:
-                files = profile_operators(instance, tmp, steps=min(steps, 3))
+                log_path = os.path.join(tmp, "profiler.log")
+                with _stderr_into(log_path):
+                    files = profile_operators(instance, tmp, steps=min(steps, 3))
+                if os.path.getsize(log_path):
+                    files["profiler_log"] = log_path
+                else:
+                    os.remove(log_path)
     finally:
         close = getattr(instance, "close", None)
         if callable(close):
             close()
     synthesis = rules.synthesize_evidence(bundle, capacity_alert_ratio=capacity_alert_ratio,
                                           hotspot_alert_share_pct=hotspot_alert_share_pct)
-    change = candidate_change_for(synthesis, base)
+    change, change_reason = candidate_change_and_reason(synthesis, base)
     plan = rules.design_single_variable_experiment(synthesis, base, change)
     objective = rules.objective_for_signal(synthesis.get("primary_signal", "none"))
     run_id = log_diagnosis(bundle, synthesis, plan, experiment_name=experiment_name, files=files,
-                           objective=objective, workload=workload, parent_run_id=parent_run_id)
+                           objective=objective, workload=workload, parent_run_id=parent_run_id,
+                           start_time=started_ms, change_reason=change_reason)
     for path in files.values():
         try:
             os.remove(path)
         except OSError:
             pass
+    with contextlib.suppress(OSError):
+        os.rmdir(tmp)
     command = compare_command(workload, plan, attempts, experiment_name, objective) \
         if plan["action"] == "run_comparison" else None
     return {"bundle": bundle, "synthesis": synthesis, "plan": plan, "objective": objective,
-            "diagnosis_run_id": run_id, "diagnosis_run_url": run_url(run_id), "command": command}
+            "change_reason": change_reason, "diagnosis_run_id": run_id, "diagnosis_run_url": run_url(run_id),
+            "command": command}
 
 
 def pipeline(

@@ -90,3 +90,49 @@ def test_python_dash_m_entry_point(sqlite_uri):
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 2
     assert completed.stderr.strip() == "Error: no attempts of group 'x' in experiment 0"
+
+
+def test_decisions_show_failed_checks_and_write_lists_as_lists(sqlite_uri, capsys):
+    log_series("lists")
+    from helpers import CANDIDATE
+    import mlflow_perfgate as pg
+
+    pg.log_attempt("lists", "candidate", CANDIDATE, ok=False, failure="timeout")
+    code, _, _ = run_cli(capsys, "evaluate", "--group", "lists")
+    assert code == 1
+    code, out, _ = run_cli(capsys, "decisions")
+    header, row = out.splitlines()[:2]
+    assert "failed_checks" in header and "why" in header
+    assert "failure_rate_ok" in row and "failure_rate_ok failed: candidate" in row
+    code, out, _ = run_cli(capsys, "decisions", "--format", "json")
+    rows = json.loads(out)
+    assert rows[0]["failed_checks"] == ["failure_rate_ok"]
+    assert rows[0]["reason_text"].startswith("failure_rate_ok failed: candidate failure rate 16.7%")
+    code, out, _ = run_cli(capsys, "decisions", "--format", "csv")
+    import csv
+    import io
+
+    parsed = list(csv.DictReader(io.StringIO(out)))
+    assert json.loads(parsed[0]["failed_checks"]) == ["failure_rate_ok"]  # a JSON array's text, not a repr
+
+
+def test_report_says_when_attempts_are_newer_than_its_decision(sqlite_uri, capsys):
+    log_series("stale-report")
+    code, _, _ = run_cli(capsys, "evaluate", "--group", "stale-report")
+    assert code == 0
+    code, out, err = run_cli(capsys, "report", "--group", "stale-report")
+    assert code == 0 and "Out of date" not in out and not err
+    from helpers import CANDIDATE
+    import mlflow_perfgate as pg
+
+    pg.log_attempt("stale-report", "candidate", CANDIDATE, latency_ms=88, quality=0.9)
+    pg.log_attempt("stale-report", "candidate", CANDIDATE, ok=False, failure="timeout")
+    code, out, err = run_cli(capsys, "report", "--group", "stale-report")
+    assert code == 0 and out.startswith("## ACCEPT")
+    assert ("> **Out of date**: 2 attempts of this group are newer than this decision (it judged 10; the group "
+            "holds 12 now). Decide on them with `mlflow-perfgate evaluate --group stale-report`.") in out
+    assert "2 attempts of group 'stale-report' are newer than its decision" in err
+    from mlflow_perfgate.tracking import attempts_since
+
+    since = attempts_since(pg.decisions(group="stale-report").iloc[0]["run_id"], "stale-report")
+    assert (since["judged"], since["held"], len(since["newer"]), since["running"]) == (10, 12, 2, 0)

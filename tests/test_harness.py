@@ -129,3 +129,43 @@ def test_candidate_change_mapping():
     assert candidate_change_for({"primary_signal": "time", "hotspot": "backward"}, base) == {"dtype": "bf16"}
     assert candidate_change_for({"primary_signal": "none"}, base) is None
     assert candidate_change_for({"primary_signal": "memory"}, {**base, "checkpoint": "true"}) is None
+
+
+def test_diagnosis_run_spans_the_diagnosis_and_keeps_the_profiler_off_the_terminal(sqlite_uri, tmp_path,
+                                                                                   monkeypatch, capfd):
+    (tmp_path / "timed_tinylm.py").write_text(
+        "import time\nfrom pathlib import Path\nfrom mlflow_perfgate.workloads import tinylm\n\n"
+        "def make(conditions):\n"
+        "    Path('built_at').write_text(repr(time.time()))\n"
+        "    return tinylm.make_workload(conditions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    conditions = {**TINY, "model": "TinyLM", "batch_size": 2, "dtype": "fp32", "device": "cpu",
+                  "measurement_method": "wall_median_step_ms", "checkpoint": False}
+    with pytest.raises(SystemExit) as exit_info:
+        main(["diagnose", "--workload", "timed_tinylm:make", *[f"--set={k}={v}" for k, v in conditions.items()],
+              "--steps", "2", "--capacity-mib", "1"])
+    assert exit_info.value.code in (0, None)
+    out, err = capfd.readouterr()
+    assert "profiler_start" not in err and "profiler_stop" not in err  # torch.profiler's own lines
+    assert "single change: checkpoint: false -> true" in out  # booleans spelled as the params hold them
+    assert "why: memory pressure" in out
+    assert "True" not in out and "False" not in out
+    run_id = next(line.split(": ")[1] for line in out.splitlines() if line.startswith("diagnosis run: "))
+    run = MlflowClient().get_run(run_id)
+    built_ms = float((tmp_path / "built_at").read_text()) * 1000
+    assert run.info.start_time <= built_ms <= run.info.end_time  # the run was open while the workload was built
+    assert "single change: `checkpoint`: `false` -> `true`" in run.data.tags[TAG.NOTE]
+    profile = {a.path for a in MlflowClient().list_artifacts(run_id, "perfgate/profile")}
+    assert "perfgate/profile/operators.txt" in profile
+    if "perfgate/profile/profiler.log" in profile:  # kept for whoever needs it
+        path = MlflowClient().download_artifacts(run_id, "perfgate/profile/profiler.log", str(tmp_path))
+        assert open(path).read().strip()
+
+
+def test_pipeline_prints_the_change_as_the_params_spell_it(sqlite_uri, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pipeline", "--set", "input_shape=2,16", "--set", "steps=2", "--set", "warmup=1", "--steps", "2",
+              "--attempts", "1", "--capacity-mib", "1", "--min-valid-runs", "1", "--in-process", "--no-progress"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "comparison: checkpoint=true from the diagnosis's plan, objective memory" in out

@@ -297,3 +297,165 @@ def test_attempt_context_manager(sqlite_uri):
     assert client.get_run(explicit.run_id).data.tags[TAG.FAILURE] == "out of memory"
     result = pg.evaluate_group("ctx", min_valid_runs=1)
     assert result["candidate"]["attempted_runs"] == 4 and result["candidate"]["failed_runs"] == 4
+
+
+def test_every_verdict_has_its_reason_in_words_on_the_run_and_in_decisions(sqlite_uri):
+    log_series("w-reject")
+    pg.log_attempt("w-reject", "candidate", CANDIDATE, ok=False, failure="timeout")
+    reject = pg.evaluate_group("w-reject")
+    log_series("w-rerun", (100, 101), (80, 81))
+    rerun = pg.evaluate_group("w-rerun")
+    log_series("w-accept")
+    accept = pg.evaluate_group("w-accept")
+    client = MlflowClient()
+    texts = {r["group"]: client.get_run(r["decision_run_id"]).data.tags[TAG.REASON_TEXT]
+             for r in (reject, rerun, accept)}
+    assert texts["w-reject"] == ("failure_rate_ok failed: candidate failure rate 16.7% (1 of 6) against "
+                                 "maximum_failure_rate 0.0% (baseline 0.0%)")
+    assert texts["w-rerun"] == ("an arm has fewer successful attempts than min_valid_runs: baseline 2 of 2 "
+                                "attempts succeeded, candidate 2 of 2; min_valid_runs 5")
+    assert texts["w-accept"].startswith("every declared check passed (failure_rate_ok, quality_ok, p95_ok")
+    assert f"- reason: `declared_thresholds_checked`: {texts['w-reject']}" in reject["report"]
+    frame = pg.decisions().set_index("group")
+    assert frame.loc["w-reject", "reason_text"] == texts["w-reject"]
+    assert frame.loc["w-reject", "failed_checks"] == ["failure_rate_ok"]
+    assert frame.loc["w-rerun", "reason_text"] == texts["w-rerun"]
+
+
+def test_blocked_and_in_progress_reasons_in_words(sqlite_uri):
+    log_series("w-blocked")
+    bad = {"evidence_type": "correctness", "status": "invalid", "run_valid": False,
+           "issues": ["numerical"], "first_failure": "blocks.0.mlp", "reproducible": True}
+    pg.log_attempt("w-blocked", "candidate", CANDIDATE, latency_ms=50, quality=0.1, validity=bad)
+    blocked = pg.evaluate_group("w-blocked")
+    assert pg.tracking.decisions(group="w-blocked").iloc[0]["reason_text"] == (
+        "an attempt failed its correctness probe: issues numerical; first failure blocks.0.mlp; 1 invalid attempts")
+    assert "reproducible: true" in blocked["report"]  # booleans as the params spell them
+    log_series("w-running")
+    _bare_run("w-running", "candidate")
+    running = pg.evaluate_group("w-running")
+    assert running["reason"] == "attempts_in_progress"
+    assert "some attempts are still running; evaluate again when they end: 1 still running" in running["report"]
+
+
+def test_the_run_name_carries_the_verdict(sqlite_uri):
+    from mlflow_perfgate.tracking import start_comparison
+
+    client = MlflowClient()
+    log_series("n-plain")
+    first = pg.evaluate_group("n-plain")
+    assert client.get_run(first["decision_run_id"]).info.run_name == "decision n-plain: ACCEPT"
+    comparison = start_comparison("n-cmp", CONDITIONS, "checkpoint")
+    log_series("n-cmp", parent_run_id=comparison)
+    decided = pg.evaluate_group("n-cmp")
+    assert decided["decision_run_id"] == comparison
+    assert client.get_run(comparison).info.run_name == "compare n-cmp: ACCEPT"
+    again = pg.evaluate_group("n-cmp", min_improvement=0.5)  # decided before: a new decision nests under it
+    run = client.get_run(again["decision_run_id"])
+    assert run.info.run_name == "decision: REJECT" and run.data.tags[TAG.RUN_NAME] == "decision: REJECT"
+    assert client.get_run(comparison).info.run_name == "compare n-cmp: ACCEPT"
+    from mlflow_perfgate.tracking._decision_run import verdict_name
+
+    assert verdict_name("compare g: a: REJECT", "rerun") == "compare g: a: RERUN"
+    assert verdict_name("decision", "blocked_by_correctness") == "decision: BLOCKED BY CORRECTNESS"
+
+
+def test_attempts_recorded_under_a_project_run_get_a_proper_decision_run(sqlite_uri, monkeypatch, capsys):
+    """``mlflow run -e record`` nests its attempt under the project run (MLFLOW_RUN_ID), which is no comparison."""
+    from mlflow_perfgate.cli import main
+
+    client = MlflowClient()
+    project = client.create_run("0", tags={"mlflow.project.entryPoint": "record"}).info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", project)
+    sets = [f"--set={k}={pg.tracking.canonical_value(v)}" for k, v in CONDITIONS.items() if k != "checkpoint"]
+    for arm, checkpoint, latencies in (("baseline", "false", (100, 102)), ("candidate", "true", (80, 81))):
+        for latency in latencies:
+            with pytest.raises(SystemExit) as exit_info:
+                main(["record", "--group", "proj", "--arm", arm, *sets, f"--set=checkpoint={checkpoint}",
+                      f"--latency-ms={latency}", "--quality=0.9"])
+            assert exit_info.value.code == 0
+    run_ids = capsys.readouterr().out.split()
+    assert {client.get_run(r).data.tags[TAG.PARENT] for r in run_ids} == {project}
+    monkeypatch.delenv("MLFLOW_RUN_ID")
+    result = pg.evaluate_group("proj", min_valid_runs=2)
+    decision = client.get_run(result["decision_run_id"])
+    assert decision.info.run_id != project and decision.info.status == "FINISHED"
+    assert decision.data.tags[TAG.KIND] == "decision" and decision.data.tags[TAG.DECISION] == "accept"
+    assert decision.data.tags[TAG.PARENT] == project  # project run > decision > attempts
+    assert {client.get_run(r).data.tags[TAG.PARENT] for r in run_ids} == {decision.info.run_id}
+    assert TAG.DECISION not in client.get_run(project).data.tags
+
+
+def test_memory_and_throughput_decisions_plot_their_metric(sqlite_uri, tmp_path):
+    client = MlflowClient()
+    for objective, metric in (("memory", "peak_mem_mib"), ("throughput", "throughput_tok_s")):
+        group = f"plot-{objective}"
+        for i, (b, c) in enumerate(zip((100, 102, 99, 101, 100), (104, 103, 105, 102, 104))):
+            pg.log_attempt(group, "baseline", CONDITIONS, latency_ms=b, quality=0.9, metrics={metric: 1500.0 + i})
+            pg.log_attempt(group, "candidate", CANDIDATE, latency_ms=c, quality=0.9, metrics={metric: 950.0 + i})
+        pg.log_attempt(group, "candidate", CANDIDATE, ok=False, failure="timeout")
+        result = pg.evaluate_group(group, objective=objective)
+        artifacts = {a.path for a in client.list_artifacts(result["decision_run_id"], "perfgate")}
+        assert {"perfgate/latency.png", f"perfgate/{objective}.png"} <= artifacts
+        assert all(a[metric] > 0 for a in result["attempts"] if a["ok"])  # the plotted values, in decision.json
+        path = client.download_artifacts(result["decision_run_id"], f"perfgate/{objective}.png", str(tmp_path))
+        assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert "perfgate/memory.png" not in {a.path for a in client.list_artifacts(
+        pg.evaluate_group("plot-memory", objective="latency")["decision_run_id"], "perfgate")}
+
+
+def test_the_plot_names_the_variable_reads_plainly_and_keeps_failures_apart(sqlite_uri):
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PathCollection
+
+    from mlflow_perfgate.tracking import _report
+
+    log_series("plot", (1034.5, 1040.2, 1029.9, 1050.0, 1038.0), (900.1, 905, 899, 910, 902))
+    pg.log_attempt("plot", "candidate", CANDIDATE, ok=False, failure="timeout")
+    pg.log_attempt("plot", "candidate", CANDIDATE, ok=False, failure="oom")
+    result = pg.evaluate_group("plot", maximum_failure_rate=0.5)
+    fig = _report.metric_figure(result)
+    try:
+        main, lane = fig.axes
+        ticks = [t.get_text() for t in lane.get_xticklabels()]
+        assert ticks == ["checkpoint=false\n(baseline), 5 ok", "checkpoint=true\n(candidate), 5 ok"]
+        texts = [t.get_text() for t in main.texts]
+        assert "median 1,038 ms" in texts and "P95 1,050 ms" in texts and "median 902 ms" in texts
+        fig.canvas.draw()
+        labels = [t.get_text() for t in main.get_yticklabels()]
+        assert labels and all("e+" not in label and "e-" not in label for label in labels)
+        assert any("," in label for label in labels)  # 1,000 and up with a thousands separator
+        # the failures are in their own lane, with their count, and not among the latencies
+        assert [t.get_text() for t in lane.texts] == ["2 failed"]
+        points = [len(c.get_offsets()) for c in main.collections if isinstance(c, PathCollection)]
+        assert points == [5, 5]
+        crosses = [len(c.get_offsets()) for c in lane.collections if isinstance(c, PathCollection)]
+        assert crosses == [2]
+    finally:
+        plt.close(fig)
+
+
+def test_headlines_follow_the_objective_and_a_memory_accept_never_says_faster(sqlite_uri):
+    from mlflow_perfgate.rules import OBJECTIVES
+    from mlflow_perfgate.tracking import decision_summary
+
+    for name in OBJECTIVES:  # every objective has an accept headline for each of its modes
+        assert set(OBJECTIVES[name].modes) <= set(OBJECTIVES[name].headlines), name
+    expected = {"latency": "ACCEPT: the candidate is faster",
+                "memory": "ACCEPT: the candidate needs less memory within its latency budget",
+                "throughput": "ACCEPT: the candidate has a higher throughput"}
+    for objective, metric, slower in (("memory", "peak_mem_mib", True), ("throughput", "throughput_tok_s", True),
+                                      ("latency", "peak_mem_mib", False)):
+        group = f"h-{objective}"
+        for i in range(5):  # the candidate: a little slower (memory), or as fast (throughput), and better
+            pg.log_attempt(group, "baseline", CONDITIONS, latency_ms=100 + i, quality=0.9,
+                           metrics={metric: 1000.0 + i if objective != "throughput" else 100.0 + i})
+            pg.log_attempt(group, "candidate", CANDIDATE, latency_ms=(110 + i) if slower else 80 + i, quality=0.9,
+                           metrics={metric: 500.0 + i if objective != "throughput" else 200.0 + i})
+        result = pg.evaluate_group(group, objective=objective)
+        assert result["decision"] == "accept", (objective, result["reason"], result.get("messages"))
+        note = MlflowClient().get_run(result["decision_run_id"]).data.tags[TAG.NOTE]
+        for text in (result["report"], note, "\n".join(decision_summary(result))):
+            assert expected[objective] in text
+            if objective != "latency":
+                assert "faster" not in text, (objective, text)

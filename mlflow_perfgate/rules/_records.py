@@ -29,6 +29,7 @@ __all__ = [
     "level_text",
     "ms",
     "pct",
+    "plain",
     "ratio_text",
 ]
 
@@ -68,9 +69,38 @@ def pct(value) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}%"
 
 
+def plain(value, digits: int = 4) -> str:
+    """A number as a person reads it: ``digits`` significant digits, never an exponent.
+
+    ``1034.5`` -> ``"1,034"``, ``12345.6`` -> ``"12,346"``, ``88.4`` -> ``"88.4"``, ``100.0`` ->
+    ``"100"``, ``0.0000123`` -> ``"0.0000123"``; integers as they are (with thousands
+    separators); ``n/a`` for ``None``; NaN and infinities as Python writes them, and magnitudes
+    below 1e-9 or from 1e15 on with an exponent.
+    """
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:,}"
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    if not -9 <= magnitude < 15:  # beyond what anyone reads digit by digit: an exponent after all
+        return f"{value:.{digits}g}"
+    decimals = max(0, digits - 1 - magnitude)
+    text = f"{value:,.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
 def ms(value) -> str:
-    """A latency in ms with four significant digits, ``n/a`` for ``None``."""
-    return "n/a" if value is None else f"{value:.4g} ms"
+    """A latency in ms with four significant digits (:func:`plain`), ``n/a`` for ``None``."""
+    return "n/a" if value is None else f"{plain(value)} ms"
 
 
 def ratio_text(value) -> str:

@@ -17,6 +17,7 @@ _EXPORTS = {
     "METRIC": "_schema",
     "TAG": "_schema",
     "attempt": "_attempts",
+    "attempts_since": "_queries",
     "canonical_value": "_schema",
     "check_attempt": "_inputs",
     "decision_columns": "_queries",

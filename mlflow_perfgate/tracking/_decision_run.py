@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import tempfile
 import time
 import uuid
@@ -22,7 +23,7 @@ from ._group import AttemptView
 from ._schema import ARMS, KIND_DECISION, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit, group_key
 
 __all__ = ["ARM_FIGURES", "decision_key", "decision_target", "figure_names", "reparent", "summary_metrics",
-           "wait_for", "write_decision"]
+           "verdict_name", "wait_for", "write_decision"]
 
 #: The per-arm figures every decision run logs, as ``<arm>_<figure>`` metrics.
 ARM_FIGURES = ("median_ms", "p95_ms", "failure_rate", "quality", "valid_runs", "failed_runs", "attempted_runs")
@@ -100,6 +101,19 @@ def _text(value: Any, limit: int) -> str:
     return fit("" if value is None else str(value), limit)
 
 
+#: A verdict at the end of a run's name (``compare my-change: REJECT``), replaced when it is decided again.
+_NAMED_VERDICT = re.compile(r": (ACCEPT|REJECT|RERUN|BLOCKED BY CORRECTNESS)$")
+
+
+def verdict_name(name: str | None, decision: str) -> str:
+    """The run's name with the verdict at its end: ``compare my-change`` -> ``compare my-change: REJECT``.
+
+    The runs list shows the decision at a glance; a verdict already there is replaced.
+    """
+    base = _NAMED_VERDICT.sub("", name or "decision")
+    return f"{base}: {_report.verdict_word(decision)}"
+
+
 def _tags(result: dict, note: str) -> dict[str, str]:
     tags = {
         TAG.KIND: KIND_DECISION,
@@ -107,6 +121,7 @@ def _tags(result: dict, note: str) -> dict[str, str]:
         TAG.GROUP_KEY: group_key(result["group"]),
         TAG.DECISION: result["decision"],
         TAG.REASON: result["reason"],
+        TAG.REASON_TEXT: _text(_report.reason_text(result), MAX_TAG_VALUE),
         TAG.FAILED_CHECKS: ",".join(result["failed_checks"]),
         TAG.CHANGED_VARIABLE: _text(result["changed_variable"], MAX_TAG_VALUE),
         TAG.OBJECTIVE: result["objective"],
@@ -140,7 +155,9 @@ def decision_target(parent, mlflow_client, experiment_id: str, group: str, key: 
     attempts move under) or ``"adopt"`` (a twin judging the same attempts won; its run is the
     decision). An undecided comparison run is claimed with a param (MLflow refuses to change a
     param's value, so only the first claim is taken); otherwise each evaluator creates a decision
-    run carrying ``key``, and the earliest run with that key wins: the others delete theirs.
+    run carrying ``key``, and the earliest run with that key wins: the others delete theirs. A new
+    decision run nests under the attempts' common parent when that run is not one of ours (the
+    project run of ``mlflow run -e record``), so the UI shows project run > decision > attempts.
     """
     if parent is not None and parent.data.tags.get(TAG.COMPARISON) == "true" and TAG.DECISION not in parent.data.tags:
         claim = f"{key}:{uuid.uuid4().hex}"
@@ -161,6 +178,10 @@ def decision_target(parent, mlflow_client, experiment_id: str, group: str, key: 
         run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, run_name="decision", tags=tags))
         role = "write"
     else:
+        if parent is not None and TAG.KIND not in parent.data.tags:
+            # the attempts' common parent is not ours (the project run of ``mlflow run -e record``): the
+            # decision nests under it, and the attempts under the decision
+            tags[TAG.PARENT] = parent.info.run_id
         run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, run_name=f"decision {group[:60]}",
                                                                 tags=tags))
         role = "write_new"
@@ -203,7 +224,10 @@ def write_decision(mlflow_client, run_id: str, result: dict) -> str:
         now = int(time.time() * 1000)
         metrics = [Metric(key, value, now, 0) for key, value in summary_metrics(result).items()]
         try:
-            _client.log_batch(mlflow_client, run_id, params=_params(result), metrics=metrics, tags=_tags(result, note))
+            tags = _tags(result, note)
+            name = _client.retrying(lambda: mlflow_client.get_run(run_id)).info.run_name
+            tags[TAG.RUN_NAME] = verdict_name(name, result["decision"])
+            _client.log_batch(mlflow_client, run_id, params=_params(result), metrics=metrics, tags=tags)
             _report.log_artifacts(mlflow_client, run_id, result, folder)
         except BaseException:
             with contextlib.suppress(Exception):

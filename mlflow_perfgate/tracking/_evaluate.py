@@ -11,7 +11,7 @@ from . import _client, _journal, _report
 from ._decision_run import decision_key, decision_target, reparent, wait_for, write_decision
 from ._environment import ENV_MISMATCH_MODES
 from ._group import AttemptView, group_filter, load, load_group
-from ._judge import judge_views
+from ._judge import judge_views, objective_metrics
 from ._schema import TAG
 
 __all__ = ["AttemptView", "DEFAULT_STALE_AFTER_S", "evaluate_group", "group_filter", "load_group"]
@@ -129,7 +129,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         changed_variable=change.variable, baseline_value=change.baseline_value,
         candidate_value=change.candidate_value, run_ids=[v.run_id for v in views],
         duplicate_run_ids=found.duplicates,
-        attempts=[{**v.record(), "arm": v.arm, "state": v.state, "attempt_id": v.attempt_id,
+        attempts=[{**v.record(objective_metrics()), "arm": v.arm, "state": v.state, "attempt_id": v.attempt_id,
                    "start_time": v.start_time, "deleted": v.deleted} for v in views],
         decision_key=decision_key(group, views, policy.options(), env_mismatch=env_mismatch, look=look,
                                   max_looks=max_looks, waiting=len(waiting)),

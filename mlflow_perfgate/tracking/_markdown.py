@@ -3,8 +3,8 @@
 A group name, a condition value, a failure reason or a warning that quotes one is the user's
 text; the report is rendered in the MLflow UI and posted as a pull-request comment. Pasted raw,
 a crafted reason could add a second ``## ACCEPT`` headline, an image or a ``javascript:`` link.
-These functions make such text plain: one line, every markdown and HTML control character
-escaped (CommonMark's backslash escapes), or an inline code span that nothing inside can close.
+These functions make such text plain: one line, every character that can make a link, an image, HTML or a
+code span escaped (CommonMark's backslash escapes), or an inline code span that nothing inside can close.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import re
 
 __all__ = ["code", "text"]
 
-# CommonMark: any ASCII punctuation may be backslash-escaped; these are the ones that can make
-# markup in the middle of a line (emphasis, links and images, code, HTML and entities, autolinks,
-# table cells, strikethrough). Text is always one line, after a prefix of ours, so nothing of it
-# can start a heading or a list; the rest stays as it reads.
-_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&!])")
+# CommonMark: any ASCII punctuation may be backslash-escaped. Escaped here: what can make a link,
+# an image (``[``, ``]``), HTML or an entity (``<``, ``>``, ``&``), a code span, a table cell, or
+# escape our escapes. Text is always one line, after a prefix of ours, so nothing of it can start
+# a heading or a list; emphasis (``*``, ``_``) is left as it reads: it can change no meaning.
+_SPECIAL = re.compile(r"([\\`\[\]<>&|])")
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x85]+")
 
 

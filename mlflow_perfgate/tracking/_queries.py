@@ -5,15 +5,16 @@ from __future__ import annotations
 import pandas as pd
 
 from ..rules._errors import InputError
+from ..rules._records import REASONS
 from . import _client
 from ._decision_run import figure_names
-from ._group import group_filter
+from ._group import group_filter, load
 from ._schema import KIND_DECISION, PARAM, TAG
 
-__all__ = ["decision_columns", "decisions"]
+__all__ = ["attempts_since", "decision_columns", "decisions"]
 
-_LABELS = ["group", "decision", "reason", "failed_checks", "objective", "method", "mode", "changed_variable",
-           "baseline_value", "candidate_value"]
+_LABELS = ["group", "decision", "reason", "failed_checks", "reason_text", "objective", "method", "mode",
+           "changed_variable", "baseline_value", "candidate_value"]
 
 
 def decision_columns() -> list[str]:
@@ -29,8 +30,9 @@ def decisions(experiment_name: str | None = None, group: str | None = None) -> p
         group: only this comparison's decisions.
 
     Returns:
-        A DataFrame with :func:`decision_columns` (``failed_checks`` a list; figures as floats,
-        NaN where the decision has none); empty, with those columns, when there is none.
+        A DataFrame with :func:`decision_columns` (``failed_checks`` a list; ``reason_text`` the
+        reason in words, each failed check with its message; figures as floats, NaN where the
+        decision has none); empty, with those columns, when there is none.
     """
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
@@ -55,6 +57,8 @@ def decisions(experiment_name: str | None = None, group: str | None = None) -> p
             "decision": tags[TAG.DECISION],
             "reason": tags.get(TAG.REASON),
             "failed_checks": [c for c in tags.get(TAG.FAILED_CHECKS, "").split(",") if c],
+            # decisions written before the reason in words was kept: the reason's one line
+            "reason_text": tags.get(TAG.REASON_TEXT) or REASONS.get(tags.get(TAG.REASON), tags.get(TAG.REASON)),
             "objective": tags.get(TAG.OBJECTIVE, "latency"),
             "method": tags.get(TAG.METHOD, "seed"),
             "mode": tags.get(TAG.MODE, "improvement"),
@@ -70,3 +74,32 @@ def decisions(experiment_name: str | None = None, group: str | None = None) -> p
     frame = pd.DataFrame(rows, columns=decision_columns())
     return frame.astype({name: "float64" for name in figures})
 
+
+
+def attempts_since(decision_run_id: str, group: str, experiment_name: str | None = None) -> dict:
+    """What a group holds that its decision did not judge: attempts newer than the decision.
+
+    An attempt is newer when it started after the decision was written (the decision run's end,
+    or its start while it runs), or when the group holds more attempts than the decision judged
+    (``perfgate.attempts_judged``).
+
+    Returns:
+        ``judged`` (how many the decision judged, ``None`` when it does not say), ``held`` (how
+        many the group holds now), ``newer`` (the run ids of the newer attempts, oldest first)
+        and ``running`` (how many of those are still running).
+    """
+    mlflow_client = _client.client()
+    run = _client.retrying(lambda: mlflow_client.get_run(decision_run_id))
+    experiment_id = run.info.experiment_id
+    found = load(group, experiment_id, mlflow_client, stale_after_s=float("inf"))
+    attempts = [view for view in found.attempts if not view.deleted]
+    written = run.info.end_time or run.info.start_time or 0
+    newer = [view for view in attempts if view.start_time > written]
+    try:
+        judged = int(run.data.tags[TAG.ATTEMPTS_JUDGED])
+    except (KeyError, ValueError):
+        judged = None
+    if not newer and judged is not None and len(attempts) > judged:
+        newer = attempts[judged:]  # oldest first: the ones beyond those judged
+    return {"judged": judged, "held": len(attempts), "newer": [view.run_id for view in newer],
+            "running": sum(1 for view in newer if view.state == "running")}

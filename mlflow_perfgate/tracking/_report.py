@@ -14,18 +14,20 @@ import tempfile
 from pathlib import Path
 
 from ..rules._errors import FormatError
-from ..rules._records import REASONS, headline
+from ..rules._records import REASONS, headline, pct, plain
 from ..rules._registry import METHODS, OBJECTIVES
 from . import _client
+from . import _markdown as md
 from ._schema import ARMS, ARTIFACT_DIR, DECISION_FORMAT, MAX_TAG_VALUE, fit
 
-__all__ = ["ARTIFACT_DIR", "decision_markdown", "decision_summary", "fit_note", "latency_plot", "log_artifacts", "prepare_artifacts",
-           "read_decision", "read_report", "write_step_summary"]
+__all__ = ["ARTIFACT_DIR", "decision_markdown", "decision_summary", "fit_note", "latency_plot", "log_artifacts",
+           "metric_figure", "objective_plot", "prepare_artifacts", "read_decision",
+           "read_report", "reason_text", "verdict_word", "write_step_summary"]
 
 #: The rows every report has: (label, key of the arm summary, unit).
 _COMMON_ROWS = (
     ("attempts", "attempted_runs", ""), ("successful", "valid_runs", ""), ("failed", "failed_runs", ""),
-    ("failure rate", "failure_rate", ""), ("median", "median_ms", " ms"), ("P95 (nearest rank)", "p95_ms", " ms"),
+    ("failure rate", "failure_rate", "%"), ("median", "median_ms", " ms"), ("P95 (nearest rank)", "p95_ms", " ms"),
     ("quality", "quality", ""),
 )
 
@@ -33,8 +35,12 @@ _COMMON_ROWS = (
 def _fmt(value, unit: str = "") -> str:
     if value is None:
         return "n/a"
-    if isinstance(value, float):
-        return f"{value:.4g}{unit}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)) and unit == "%":
+        return pct(value)
+    if isinstance(value, (int, float)):
+        return f"{plain(value)}{unit}"
     return f"{value}{unit}"
 
 
@@ -56,6 +62,58 @@ def _headline(result: dict) -> str:
     return headline(result["decision"], accept)
 
 
+def verdict_word(decision: str) -> str:
+    """The verdict as the headline starts: ``ACCEPT``, ``REJECT``, ``RERUN``, ``BLOCKED BY CORRECTNESS``."""
+    return headline(decision).split(":", 1)[0]
+
+
+def _without_status(message: str) -> str:
+    for word in ("FAILED: ", "INCONCLUSIVE: ", "ok: "):
+        if message.startswith(word):
+            return message[len(word):]
+    return message
+
+
+def reason_text(result: dict) -> str:
+    """The reason in words: which checks failed and by how much, or what the answer waits for.
+
+    - reject: each failed check and its message (the candidate value, the baseline value and
+      the threshold), ``; ``-separated;
+    - rerun: the undecided checks' messages (``inconclusive``), or the reason with the counts
+      behind it (``insufficient_valid_runs``, ``unreliable_baseline``, ``attempts_in_progress``);
+    - blocked by correctness: the issues and the first failure;
+    - accept: every declared check passed, and which.
+    """
+    decision, reason = result["decision"], result["reason"]
+    words = REASONS.get(reason, reason)
+    messages = result.get("messages") or {}
+    b, c = result.get("baseline") or {}, result.get("candidate") or {}
+    if decision == "reject":
+        failed = [name for name in result.get("failed_checks", []) if name in messages]
+        if failed:
+            return "; ".join(f"{name} failed: {_without_status(messages[name])}" for name in failed)
+    if decision == "rerun" and reason == "inconclusive":
+        open_checks = [name for name, text in messages.items() if text.startswith("INCONCLUSIVE")]
+        if open_checks:
+            return "; ".join(f"{name} undecided: {_without_status(messages[name])}" for name in open_checks)
+    if reason == "insufficient_valid_runs":
+        needed = (result.get("thresholds") or {}).get("min_valid_runs")
+        return (f"{words}: baseline {b.get('valid_runs')} of {b.get('attempted_runs')} attempts succeeded, "
+                f"candidate {c.get('valid_runs')} of {c.get('attempted_runs')}; min_valid_runs {needed}")
+    if reason == "unreliable_baseline":
+        limit = (result.get("thresholds") or {}).get("maximum_failure_rate")
+        return (f"{words}: baseline failure rate {pct(b.get('failure_rate'))} ({b.get('failed_runs')} of "
+                f"{b.get('attempted_runs')}) against maximum_failure_rate {pct(limit)}")
+    if reason == "attempts_in_progress":
+        return f"{words}: {len(result.get('running_runs', []))} still running"
+    if decision == "blocked_by_correctness":
+        return (f"{words}: issues {', '.join(result.get('issues', [])) or 'n/a'}; first failure "
+                f"{result.get('first_failure')}; {len(result.get('invalid_runs', []))} invalid attempts")
+    if decision == "accept" and messages:
+        return f"every declared check passed ({', '.join(messages)})"
+    return words
+
+
 def decision_markdown(result: dict) -> str:
     """The decision as markdown: headline, reasons, per-check messages and the figures.
 
@@ -67,13 +125,13 @@ def decision_markdown(result: dict) -> str:
     """
     decision = result["decision"]
     lines = [f"## {_headline(result)}", ""]
-    lines.append(f"- group: `{result['group']}`")
+    lines.append(f"- group: {md.code(result['group'])}")
     if result.get("changed_variable"):
         lines.append(
-            f"- changed variable: `{result['changed_variable']}`: "
-            f"`{result['baseline_value']}` (baseline) -> `{result['candidate_value']}` (candidate)"
+            f"- changed variable: {md.code(result['changed_variable'])}: "
+            f"{md.code(result['baseline_value'])} (baseline) -> {md.code(result['candidate_value'])} (candidate)"
         )
-    lines.append(f"- reason: `{result['reason']}`: {REASONS.get(result['reason'], result['reason'])}")
+    lines.append(f"- reason: `{result['reason']}`: {md.text(reason_text(result))}")
     if result.get("objective"):
         how = (f"- objective: `{result['objective']}`; method: `{result.get('method', 'seed')}`; "
                f"mode: `{result.get('mode', 'improvement')}`")
@@ -86,15 +144,17 @@ def decision_markdown(result: dict) -> str:
     if result.get("failed_checks"):
         lines.append(f"- failed checks: {', '.join(f'`{c}`' for c in result['failed_checks'])}")
     if decision == "blocked_by_correctness":
-        lines.append(f"- issues: {', '.join(result.get('issues', [])) or 'n/a'}")
-        lines.append(f"- first failure: `{result.get('first_failure')}`; reproducible: {result.get('reproducible')}")
-        lines.append(f"- invalid runs: {', '.join(result.get('invalid_runs', []))}")
+        lines.append(f"- issues: {md.text(', '.join(result.get('issues', [])) or 'n/a')}")
+        lines.append(f"- first failure: {md.code(result.get('first_failure'))}; reproducible: "
+                     f"{_fmt(result.get('reproducible'))}")
+        lines.append(f"- invalid runs: {md.text(', '.join(result.get('invalid_runs', [])))}")
     if result.get("running_runs"):
         lines.append(f"- still running: {', '.join(result['running_runs'])}")
     for warning in result.get("warnings", []):
-        lines.append(f"- warning: {warning}")
+        lines.append(f"- warning: {md.text(warning)}")
     messages = result.get("messages") or {}
     if messages:
+        # our own texts of numbers and names: nothing of the user's is in them
         lines += ["", "### Checks", ""] + [f"- `{name}` {text}" for name, text in messages.items()]
     companions = [name for name in METHODS if isinstance(result.get(name), dict) and "decision" in result[name]]
     if companions:
@@ -114,10 +174,10 @@ def decision_markdown(result: dict) -> str:
         lines += ["", "### Failed attempts", ""]
         for arm, summary in (("baseline", b), ("candidate", c)):
             for reason in summary.get("failure_reasons", []):
-                lines.append(f"- {arm}: {reason}")
+                lines.append(f"- {arm}: {md.text(reason)}")
     thresholds = result.get("thresholds") or {}
     if thresholds:
-        lines += ["", "### Thresholds", ""] + [f"- `{k}` = {v}" for k, v in thresholds.items()]
+        lines += ["", "### Thresholds", ""] + [f"- `{k}` = {_fmt(v)}" for k, v in thresholds.items()]
     if "baseline_noise" in result:
         lines += ["", "The noise figure, (P95 - median) / median of the baseline, is a teaching proxy, "
                   "not a confidence interval."]
@@ -134,12 +194,17 @@ def decision_summary(result: dict) -> list[str]:
     """
     lines = [f"decision: {_headline(result)}"]
     reason = result["reason"]
-    lines.append(f"why: {REASONS.get(reason, reason)} ({reason})")
     messages = result.get("messages") or {}
     open_checks = [name for name in messages if messages[name].startswith(("FAILED", "INCONCLUSIVE"))]
-    lines += [f"  {name}: {messages[name]}" for name in open_checks]
-    if result["decision"] == "blocked_by_correctness":
-        lines.append(f"  issues: {', '.join(result.get('issues', []))}; first failure: {result.get('first_failure')}")
+    if open_checks:
+        failed = sum(1 for name in open_checks if messages[name].startswith("FAILED"))
+        undecided = len(open_checks) - failed
+        counts = [f"{failed} declared check{'s' if failed > 1 else ''} failed"] if failed else []
+        counts += [f"{undecided} undecided"] if undecided else []
+        lines.append(f"why: {', '.join(counts)} ({reason})")
+        lines += [f"  {name}: {messages[name]}" for name in open_checks]
+    else:
+        lines.append(f"why: {reason_text(result)} ({reason})")
     if result["decision"] == "rerun" and result.get("recommended_attempts"):
         lines.append(f"  about {result['recommended_attempts']} attempts per arm would likely settle it")
     if result.get("decision_run_id"):
@@ -154,51 +219,122 @@ def fit_note(note: str) -> str:
     return fit(note, MAX_TAG_VALUE, "\n\n... (see the report.md artifact for the full text)\n")
 
 
-def latency_plot(result: dict, path: Path) -> Path:
-    """Both arms' attempts as points (failed ones as crosses on the axis), median and P95 marked."""
+#: What each plot shows: (file, label, unit, the attempt record's key, the summary lines (key, label, style)).
+_LATENCY_PLOT = ("latency.png", "latency", "ms", "latency_ms",
+                 (("median_ms", "median", "solid"), ("p95_ms", "P95", "dashed")))
+
+
+def _plot_spec(result: dict) -> tuple | None:
+    """The objective's own plot (memory, throughput: any objective with an attempt metric), or None."""
+    objective = OBJECTIVES[result["objective"]] if result.get("objective") in OBJECTIVES else None
+    if objective is None or not objective.metric:
+        return None
+    metric = objective.metric
+    tail = ("p95", "P95") if objective.direction == "lower" else ("p5", "P5")
+    label = {"peak_mem_mib": "peak memory", "throughput_tok_s": "throughput"}.get(metric, metric)
+    return (f"{objective.name}.png", label, objective.unit, metric,
+            ((f"median_{metric}", "median", "solid"), (f"{tail[0]}_{metric}", tail[1], "dashed")))
+
+
+def _arm_label(result: dict, arm: str) -> str:
+    variable, value = result.get("changed_variable"), result.get(f"{arm}_value")
+    return f"{variable}={value}\n({arm})" if variable else arm
+
+
+def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
+    """The figure of one plot: each arm's attempts as points, its median and tail marked.
+
+    The x axis names the changed variable's value in each arm (``checkpoint=false``); numbers
+    are plain, with their unit (``1,034 ms``, never ``1.03e+03``); failed (and still running)
+    attempts are not latencies: they are drawn apart, in a lane of their own below the axis, with
+    their count. The caller closes the figure (``matplotlib.pyplot.close``).
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    _, label, unit, key, lines = spec
+    attempts = result.get("attempts", [])
+    not_ok = {arm: [a for a in attempts if a["arm"] == arm and not a.get("ok")] for arm in ARMS}
+    lane = any(not_ok.values())
+    fig = plt.figure(figsize=(7.5, 4.8 if lane else 4.2), layout="constrained")
+    grid = fig.add_gridspec(2 if lane else 1, 1, height_ratios=[6, 1] if lane else [1])
+    ax = fig.add_subplot(grid[0])
+    for x, arm in enumerate(ARMS):
+        values = [a[key] for a in attempts if a["arm"] == arm and a.get("ok") and a.get(key) is not None]
+        jitter = [x + 0.15 * ((i % 7) - 3) / 3 for i in range(len(values))]
+        ax.scatter(jitter, values, s=24, alpha=0.8, color=f"C{x}")
+        summary = result.get(arm) or {}
+        levels = [(name, style, summary.get(figure)) for figure, name, style in lines]
+        levels = [item for item in levels if item[2] is not None]
+        for index, (name, style, level) in enumerate(levels):
+            ax.hlines(level, x - 0.3, x + 0.3, colors="black" if style == "solid" else "gray", linestyles=style,
+                      linewidth=2 if style == "solid" else 1)
+            # the higher of two lines is labelled above itself, the lower below: close ones stay legible
+            others = [other[2] for position, other in enumerate(levels) if position != index]
+            above = bool(others) and (level > max(others) or (level == max(others) and index > 0))
+            ax.annotate(f"{name} {plain(level)} {unit}", (x + 0.32, level), xytext=(0, 2 if above else -2),
+                        textcoords="offset points", fontsize=8, va="bottom" if above else "top")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: plain(value)))
+    ax.set_ylabel(f"{label} ({unit})")
+    ax.set_xlim(-0.6, len(ARMS) + 0.1)
+    counts = {arm: sum(1 for a in attempts if a["arm"] == arm and a.get("ok")) for arm in ARMS}
+    ticks = [f"{_arm_label(result, arm)}, {counts[arm]} ok" for arm in ARMS]
+    ax.set_title(f"{result['group'][:60]}: {verdict_word(result['decision'])} ({result.get('objective', 'latency')})",
+                 fontsize=10)
+    if not lane:
+        ax.set_xticks(range(len(ARMS)), ticks)
+        return fig
+    below = fig.add_subplot(grid[1], sharex=ax)
+    for x, arm in enumerate(ARMS):
+        failed = [a for a in not_ok[arm] if a.get("state") != "running"]
+        running = [a for a in not_ok[arm] if a.get("state") == "running"]
+        if failed:
+            below.scatter([x - 0.1 + 0.2 * i / max(1, len(failed) - 1) for i in range(len(failed))] if len(failed) > 1
+                          else [x], [0] * len(failed), marker="x", color="red", s=50)
+        words = [f"{len(failed)} failed"] if failed else []
+        words += [f"{len(running)} running"] if running else []
+        if words:
+            below.annotate(", ".join(words), (x + 0.2, 0), fontsize=8, va="center", color="red")
+    below.set_ylim(-1, 1)
+    below.set_yticks([])
+    below.set_ylabel("failed", rotation=0, ha="right", va="center", fontsize=8)
+    below.set_xticks(range(len(ARMS)), ticks)
+    ax.tick_params(axis="x", labelbottom=False)
+    return fig
+
+
+def _save(result: dict, path: Path, spec: tuple) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig = metric_figure(result, spec)
     try:
-        _draw(ax, result)
-        fig.tight_layout()
         fig.savefig(path, dpi=100)
     finally:
         plt.close(fig)
     return path
 
 
-def _draw(ax, result: dict) -> None:
-    attempts = result.get("attempts", [])
-    for x, arm in enumerate(ARMS):
-        ok = [a["latency_ms"] for a in attempts if a["arm"] == arm and a["ok"]]
-        failed = [a for a in attempts if a["arm"] == arm and not a["ok"]]
-        jitter = [x + 0.15 * ((i % 7) - 3) / 3 for i in range(len(ok))]
-        ax.scatter(jitter, ok, s=24, alpha=0.8, label=f"{arm} ok ({len(ok)})")
-        summary = result.get(arm, {})
-        if summary.get("median_ms") is not None:
-            ax.hlines(summary["median_ms"], x - 0.3, x + 0.3, colors="black", linewidth=2)
-            ax.hlines(summary["p95_ms"], x - 0.3, x + 0.3, colors="gray", linestyles="dashed")
-            ax.annotate(f"median {summary['median_ms']:.3g}", (x + 0.32, summary["median_ms"]), fontsize=8)
-            ax.annotate(f"P95 {summary['p95_ms']:.3g}", (x + 0.32, summary["p95_ms"]), fontsize=8)
-        if failed:
-            ymin = min(ok) if ok else 0
-            ax.scatter([x] * len(failed), [ymin] * len(failed), marker="x", color="red", s=60,
-                       label=f"{arm} failed ({len(failed)})")
-    ax.set_xticks(range(len(ARMS)), [f"{arm}\n{result.get(f'{arm}_value') or ''}" for arm in ARMS])
-    ax.set_xlim(-0.6, len(ARMS) - 0.1)
-    ax.set_ylabel("latency (ms)")
-    ax.set_title(f"{result['group'][:60]}: {result['decision']}")
-    ax.legend(fontsize=8, loc="best")
+def latency_plot(result: dict, path: Path) -> Path:
+    """Both arms' attempts' latencies as points, median and P95 marked, failed attempts in their own lane."""
+    return _save(result, path, _LATENCY_PLOT)
+
+
+def objective_plot(result: dict, folder: Path) -> Path | None:
+    """For an objective with its own metric (memory, throughput), that metric's plot (``memory.png``, ...)."""
+    spec = _plot_spec(result)
+    return None if spec is None else _save(result, folder / spec[0], spec)
 
 
 def attempts_table(result: dict) -> dict:
     """The attempts as columns, for ``MlflowClient.log_table``."""
+    attempts = result.get("attempts", [])
     columns = ["run_id", "arm", "state", "ok", "latency_ms", "quality", "failure", "attempt_id"]
-    return {c: [a.get(c) for a in result.get("attempts", [])] for c in columns}
+    columns += [name for name in dict.fromkeys(OBJECTIVES[o].metric for o in OBJECTIVES if OBJECTIVES[o].metric)
+                if any(name in a for a in attempts)]
+    return {c: [a.get(c) for a in attempts] for c in columns}
 
 
 def _json_safe(value):
@@ -213,16 +349,19 @@ def _json_safe(value):
 
 
 def prepare_artifacts(result: dict, folder: Path) -> None:
-    """Write decision.json and latency.png into ``folder``, before anything is logged.
+    """Write decision.json, latency.png (and the objective's plot) into ``folder``, before anything is logged.
 
     A plot that cannot be drawn (latencies near the float limit, say) costs the plot alone,
     with a warning in the result: never the decision.
     """
-    try:
-        latency_plot(result, folder / "latency.png")
-    except Exception as exc:  # matplotlib's own limits; the figures stay in the JSON and the table
-        (folder / "latency.png").unlink(missing_ok=True)
-        result.setdefault("warnings", []).append(f"latency plot not drawn: {type(exc).__name__}: {exc}")
+    for spec in (_LATENCY_PLOT, _plot_spec(result)):
+        if spec is None:
+            continue
+        try:
+            _save(result, folder / spec[0], spec)
+        except Exception as exc:  # matplotlib's own limits; the figures stay in the JSON and the table
+            (folder / spec[0]).unlink(missing_ok=True)
+            result.setdefault("warnings", []).append(f"{spec[1]} plot not drawn: {type(exc).__name__}: {exc}")
     payload = {"format_version": DECISION_FORMAT, **_json_safe(result)}
     (folder / "decision.json").write_text(json.dumps(payload, indent=2, default=str, allow_nan=False))
 

@@ -19,6 +19,7 @@ from ._schema import (
     MAX_TAG_VALUE,
     TAG,
     canonical_conditions,
+    canonical_value,
     fit,
     group_key,
 )
@@ -62,14 +63,18 @@ def end_run(run_id: str, status: str = "FINISHED", *, reason: str | None = None)
 
 def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name: str | None = None,
                   files: dict | None = None, objective: str | None = None, workload: str | None = None,
-                  parent_run_id: str | None = None) -> str:
+                  parent_run_id: str | None = None, start_time: int | None = None,
+                  change_reason: str | None = None) -> str:
     """Log a diagnosis run: the evidence bundle, the synthesis and the plan as JSON artifacts.
 
     Args:
-        files: extra artifacts ``{name: local_path}`` (profiler table and trace).
+        files: extra artifacts ``{name: local_path}`` (profiler table, trace and log).
         objective: the objective the plan's comparison should be judged on.
         workload: the workload's name.
         parent_run_id: a run to nest the diagnosis under.
+        start_time: when the diagnosis started (ms since the epoch), so that the run spans it;
+            default: now.
+        change_reason: why the plan proposes its change, or none (``perfgate.change_reason``).
 
     Returns:
         The run id.
@@ -82,14 +87,16 @@ def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name:
         TAG.PRIMARY_SIGNAL: str(synthesis.get("primary_signal")),
         TAG.HYPOTHESIS: fit(str(synthesis.get("hypothesis")), MAX_TAG_VALUE),
         TAG.PLAN_ACTION: str(plan.get("action")),
-        TAG.NOTE: _diagnosis_note(synthesis, plan),
+        TAG.NOTE: _diagnosis_note(synthesis, plan, change_reason),
+        **({TAG.CHANGE_REASON: fit(change_reason, MAX_TAG_VALUE)} if change_reason else {}),
         **({TAG.OBJECTIVE: objective} if objective else {}),
         **({TAG.WORKLOAD: workload} if workload else {}),
         **({TAG.PARENT: parent_run_id} if parent_run_id else {}),
     }
     if plan.get("changed_variable"):
         run_tags[TAG.CHANGED_VARIABLE] = str(plan["changed_variable"])
-    run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=run_tags, run_name="diagnosis"))
+    run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, start_time=start_time, tags=run_tags,
+                                                            run_name="diagnosis"))
     run_id = run.info.run_id
     try:
         params = {k: fit(v, MAX_PARAM_VALUE) for k, v in canonical_conditions(plan.get("baseline") or {}).items()}
@@ -115,7 +122,7 @@ def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name:
     return run_id
 
 
-def _diagnosis_note(synthesis: dict, plan: dict) -> str:
+def _diagnosis_note(synthesis: dict, plan: dict, change_reason: str | None = None) -> str:
     lines = [f"## Diagnosis: {synthesis.get('status')}", "",
              f"- primary signal: `{synthesis.get('primary_signal')}`",
              f"- hypothesis: {synthesis.get('hypothesis')}"]
@@ -125,9 +132,12 @@ def _diagnosis_note(synthesis: dict, plan: dict) -> str:
         lines.append(f"- memory: `{synthesis.get('dominant_object')}` dominates; reserved / capacity = "
                      f"{synthesis['capacity_ratio']}")
     lines.append(f"- plan: `{plan.get('action')}`")
+    if change_reason:
+        lines.append(f"- why: {change_reason}")
     if plan.get("changed_variable"):
         variable = plan["changed_variable"]
-        lines.append(f"- single change: `{variable}`: `{plan['baseline'][variable]}` -> `{plan['candidate'][variable]}`")
+        lines.append(f"- single change: `{variable}`: `{canonical_value(plan['baseline'][variable])}` -> "
+                     f"`{canonical_value(plan['candidate'][variable])}`")
     return "\n".join(lines) + "\n"
 
 

@@ -81,6 +81,8 @@ class TAG:
     DECISION = "perfgate.decision"
     REASON = "perfgate.reason"
     FAILED_CHECKS = "perfgate.failed_checks"
+    #: On a decision run: the reason in words, with each failed (or undecided) check's message.
+    REASON_TEXT = "perfgate.reason_text"
     CHANGED_VARIABLE = "perfgate.changed_variable"
     OBJECTIVE = "perfgate.objective"
     WARNINGS = "perfgate.warnings"
@@ -92,6 +94,8 @@ class TAG:
     PRIMARY_SIGNAL = "perfgate.primary_signal"
     HYPOTHESIS = "perfgate.hypothesis"
     PLAN_ACTION = "perfgate.plan_action"
+    #: On a diagnosis run: why the plan proposes its change, or none, in words.
+    CHANGE_REASON = "perfgate.change_reason"
     #: "true" on a run created by ``compare``: the decision is written onto it.
     COMPARISON = "perfgate.comparison"
     #: An attempt's ABBA round in its comparison (an int): the paired method pairs the arms by it.
