@@ -312,6 +312,13 @@ def test_markdown_table_shows_rates_in_percent():
     assert cells[3] == "2 (1)"
     assert cells[4] == "0.0"  # identical arms: the signed-rank test cannot reach alpha with 5 rounds
     assert cells[-1] == "10.0"  # 5 rounds x 2 attempts x 1 s
+    reruns = lab.rerun_table(summary, "quiet", [5])
+    assert reruns[0].startswith("| judge | latency | n | improvement +0% | improvement -5% |")
+    paired = next(line for line in reruns if line.startswith("| paired | raw | 5 |"))
+    cells = [cell.strip() for cell in paired.strip("|").split("|")]
+    counts = summary["counts"][lab.Cell("quiet", 0.0, 5, "paired", "raw", "improvement")]
+    assert cells[3] == f"{100 * counts['rerun'] / sum(counts.values()):.1f}"
+    assert cells[4] == "–"  # -5% not collected
     wall = lab.wall_table(summary, "quiet", [5], [0.0, 0.2])
     assert wall[2] == "| 5 | 10.0 | 10.0 |"
 
@@ -364,3 +371,53 @@ def test_fit_simulation_reads_plain_attempts_only():
     assert fit["sigma"] == pytest.approx(1.482602218505602 * 0.01, rel=1e-6)
     assert fit["fraction"] == pytest.approx(2 / 22)
     assert fit["factors"] == pytest.approx((3.0, 3.0))
+
+
+# --- the hook for compare --interleave steps -----------------------------------------------------
+
+
+class _Args:
+    warmup, steps, threads, timeout, no_probe = 2, 10, None, 60.0, False
+    unit_size, wait_bound, seed, interleave_rounds = 128, 0.05, 1, 3
+    conditions = ["quiet"]
+
+
+def test_interleave_hook_skips_without_the_harness_api(monkeypatch, capsys):
+    import mlflow_perfgate.workloads as workloads
+
+    monkeypatch.delattr(workloads, lab.INTERLEAVE_API, raising=False)
+    lab.interleave_hook(_Args(), None, {}, writer=None, lab_t0=0.0, seq=0)
+    assert "interleave steps: skipped" in capsys.readouterr().out
+
+
+def test_interleave_hook_skips_an_api_of_another_shape(monkeypatch, capsys):
+    import mlflow_perfgate.workloads as workloads
+
+    monkeypatch.setattr(workloads, lab.INTERLEAVE_API, lambda spec: None, raising=False)
+    lab.interleave_hook(_Args(), None, {}, writer=None, lab_t0=0.0, seq=0)
+    assert "adapt noise_lab._run_interleaved" in capsys.readouterr().out
+
+
+def test_interleave_hook_collects_and_reports_shared_process_rounds(monkeypatch, tmp_path, capsys):
+    import mlflow_perfgate.workloads as workloads
+
+    calls = []
+
+    def execute(workload, conditions, *, warmup, steps, threads, timeout_s, probe, runner):
+        calls.append((workload, conditions))
+        first = dict(vars(_Result))
+        return (type("R", (), first)(), type("R", (), {**first, "latency_ms": 12.5 * (1 + 0.01 * len(calls))})())
+
+    monkeypatch.setattr(workloads, lab.INTERLEAVE_API, execute, raising=False)
+    path = tmp_path / "hook.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=lab.FIELDS)
+        writer.writeheader()
+        lab.interleave_hook(_Args(), None, {"unit_size": 128}, writer=writer, lab_t0=0.0, seq=10)
+    assert len(calls) == 3 and calls[0][0] == lab.WORKLOAD and calls[0][1][0] == calls[0][1][1]
+    rows = lab.read_rows(str(path))
+    assert [(r["seq"], r["arm"], r["round"], r["step_mode"]) for r in rows[:2]] == [
+        (10, "baseline", 0, "steps"), (11, "candidate", 0, "steps")]
+    lab.report_interleaved(rows, [])
+    out = capsys.readouterr().out
+    assert "| quiet | steps | 3 | 1.0" in out
