@@ -82,14 +82,15 @@ Usage::
     python benchmarks/noise_lab.py --from-csv PATH [--sizes 5,10,20] [--stride 1]
     python benchmarks/noise_lab.py --fit-simulation PATH
 
-A smoke run (tiny sizes, about 3 minutes on 2 cores): ``--rounds 4 --effects 0.2 --sizes 2,3
---calibration-rounds 2``.
+A smoke run (tiny sizes; 54 attempts, about a minute on an idle 2-core machine, 4 minutes
+measured at a load average of 6): ``--rounds 3 --cycles 1 --effects 0.2 --sizes 2,3
+--calibration-rounds 2``. The full run (the defaults, 3,360 attempts) takes about 45-60 minutes
+on an idle 2-core machine; it prints its own estimate once calibrated.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import math
@@ -806,8 +807,8 @@ def report(rows: list[dict], sizes: Sequence[int], stride: int, jobs: int, calib
           f"compare's default today: method={default.method}, latency=raw)")
     print(f"  i.e. mlflow-perfgate compare ... --method {best_method}"
           + ("" if best_latency == "raw" else
-             f", judged on uncontended latencies (the median of each attempt's steps at wait share <= the "
-             f"bound; not an option of compare yet)"))
+             ", judged on uncontended latencies (the median of each attempt's steps at wait share <= the "
+             "bound; not an option of compare yet)"))
     missed = [t for t in scored[(best_method, best_latency)] if not t.held]
     for target in missed:
         print(f"  misses under {target.condition}: {target.name}: {target.detail}")
@@ -1241,14 +1242,16 @@ def fit_simulation(rows: list[dict], threads: int) -> dict[str, dict]:
     return fits
 
 
-def print_fit(path: str) -> int:
-    import torch
+def print_fit(path: str, threads: int | None = None) -> int:
+    """Print the fit of :func:`fit_simulation` at ``threads`` (default: the harness's default here)."""
+    if threads is None:
+        import torch
 
-    threads = torch.get_num_threads()
+        threads = torch.get_num_threads()
     rows = read_rows(path)
     fits = fit_simulation(rows, threads)
-    print(f"decision_quality.py's noise model fitted to the plain TinyLM attempts of {path} at the harness's "
-          f"default thread count ({threads}):")
+    print(f"decision_quality.py's noise model fitted to the plain TinyLM attempts of {path} at {threads} torch "
+          f"thread(s) (--threads; default: the harness's default here):")
     if not fits:
         print(f"  nothing to fit: no condition has 3 plain successful attempts at {threads} threads")
         return 1
@@ -1327,7 +1330,7 @@ def main(argv=None) -> int:
         parser.error("--wait-bound applies when collecting (the CSV keeps each attempt's uncontended latency)")
 
     if args.fit_simulation:
-        return print_fit(args.fit_simulation)
+        return print_fit(args.fit_simulation, args.threads)
     if args.from_csv:
         calibration = None
         sidecar = args.from_csv + ".calibration.json"
