@@ -108,6 +108,19 @@ def _outcome(result, conditions: dict) -> dict:
         metrics[METRIC.THROUGHPUT] = result.throughput_tok_s
     if result.wall_s is not None:
         metrics[METRIC.ATTEMPT_WALL] = result.wall_s
+    # The kernel's contention figures, raw, failed attempts' too (for the steps they completed).
+    for key, value in ((METRIC.RUNQ_WAIT, result.runq_wait_ms), (METRIC.CPU, result.cpu_ms),
+                       (METRIC.WAIT_SHARE, result.wait_share), (METRIC.NIVCSW, result.nivcsw),
+                       (METRIC.UNCONTENDED_STEPS, result.uncontended_steps)):
+        if value is not None:
+            metrics[key] = value
+    if result.ok and result.uncontended_latency_ms is not None:
+        metrics[METRIC.UNCONTENDED_LATENCY] = result.uncontended_latency_ms
+    histories = {}
+    if result.step_wait_share is not None:
+        histories[METRIC.STEP_WAIT_SHARE] = list(result.step_wait_share)
+    if result.step_order is not None:
+        histories[METRIC.STEP_ORDER] = list(result.step_order)
     environment = {"gpu_name": _gpu_name(conditions)}
     if result.torch_threads is not None:
         environment["torch_threads"] = result.torch_threads
@@ -116,6 +129,7 @@ def _outcome(result, conditions: dict) -> dict:
         ok=result.ok, failure=None if result.ok else result.failure[:7900], validity=result.validity,
         metrics=metrics or None, step_times_ms=list(result.step_times_ms) or None, environment=environment,
         failure_detail=result.failure_detail if not result.ok else None, mem_status=result.mem_status,
+        histories=histories or None, contention_status=result.contention_status,
     )
 
 

@@ -129,3 +129,28 @@ def test_candidate_change_mapping():
     assert candidate_change_for({"primary_signal": "time", "hotspot": "backward"}, base) == {"dtype": "bf16"}
     assert candidate_change_for({"primary_signal": "none"}, base) is None
     assert candidate_change_for({"primary_signal": "memory"}, {**base, "checkpoint": "true"}) is None
+
+
+def test_a_supervised_attempts_contention_figures_reach_mlflow(sqlite_uri):
+    seen = {}
+    result = compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 2}, {"checkpoint": True}, attempts=1,
+                     progress=False, min_valid_runs=1, env_mismatch="warn", timeout_s=120,
+                     on_attempt=lambda arm, attempt: seen.setdefault(arm, attempt))
+    client = MlflowClient()
+    for attempt in result["attempts"]:
+        outcome, run = seen[attempt["arm"]], client.get_run(attempt["run_id"])
+        assert outcome.supervised and run.data.tags[TAG.CONTENTION_STATUS] == outcome.contention_status
+        if outcome.contention_status != "measured":  # no /proc here: the status says why, no figures
+            assert outcome.contention_status.startswith("unavailable: ")
+            assert "runq_wait_ms" not in run.data.metrics
+            continue
+        for key in ("runq_wait_ms", "cpu_ms", "wait_share", "nivcsw", "uncontended_steps"):
+            assert run.data.metrics[key] == pytest.approx(getattr(outcome, key)), key
+        history = client.get_metric_history(run.info.run_id, "step_wait_share")
+        history = sorted((m.step, m.value) for m in history)
+        assert [step for step, _ in history] == [0, 1]
+        assert [value for _, value in history] == pytest.approx(outcome.step_wait_share)
+        # the quiet steps' figure is there exactly when the attempt was not contended
+        assert run.data.metrics.get("uncontended_latency_ms") == (
+            None if outcome.uncontended_latency_ms is None else pytest.approx(outcome.uncontended_latency_ms))
+        assert "step_order" not in run.data.metrics  # an attempt that had its process to itself

@@ -78,6 +78,11 @@ class TAG:
     FIRST_FAILURE = "perfgate.first_failure"
     REPRODUCIBLE = "perfgate.reproducible"
     MEM_STATUS = "perfgate.mem_status"
+    #: On an attempt: ``measured`` when the kernel's contention figures were read around every
+    #: measured step, ``unavailable: <why>`` where they cannot be (no /proc).
+    CONTENTION_STATUS = "perfgate.contention_status"
+    #: On a decision run: which latency the rules judged, ``raw`` or ``uncontended`` (the policy's).
+    LATENCY = "perfgate.latency"
     DECISION = "perfgate.decision"
     REASON = "perfgate.reason"
     FAILED_CHECKS = "perfgate.failed_checks"
@@ -129,6 +134,20 @@ class METRIC:
     PEAK_MEM = "peak_mem_mib"
     THROUGHPUT = "throughput_tok_s"
     ATTEMPT_WALL = "attempt_wall_s"
+    #: The kernel's contention figures over an attempt's measured steps (``workloads._contention``).
+    RUNQ_WAIT = "runq_wait_ms"
+    CPU = "cpu_ms"
+    WAIT_SHARE = "wait_share"
+    NIVCSW = "nivcsw"
+    #: History: each measured step's run-queue wait over its wall time (steps as ``step_time_ms``).
+    STEP_WAIT_SHARE = "step_wait_share"
+    #: The median of the quiet measured steps (wait share at most the bound); absent when fewer
+    #: than half were quiet (a contended attempt) or not measured. What ``--latency uncontended`` judges.
+    UNCONTENDED_LATENCY = "uncontended_latency_ms"
+    UNCONTENDED_STEPS = "uncontended_steps"
+    #: History of a step-interleaved attempt: each measured step's position in its shared child's
+    #: sequence of both arms' steps (A B B A ...).
+    STEP_ORDER = "step_order"
 
 
 class PARAM:
