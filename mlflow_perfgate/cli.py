@@ -124,7 +124,7 @@ def _setting_option(setting, *, prefix: str = ""):
 def decision_options(func):
     """How a decision is made, derived from ``Policy`` and the registries: method, mode, objective,
     the levels, every threshold (the specification's and the objectives'), the environment check."""
-    from mlflow_perfgate.rules._policy import MODES, POLICY_SETTINGS
+    from mlflow_perfgate.rules._policy import LATENCIES, MODES, POLICY_SETTINGS
     from mlflow_perfgate.rules._registry import METHODS, OBJECTIVES, threshold_settings
 
     methods = "; ".join(f"{name}: {METHODS.help(name)}" for name in METHODS)
@@ -136,6 +136,10 @@ def decision_options(func):
                      help="improvement: must be faster; non_regression: may not be slower than --margin."),
         click.option("--objective", type=RegistryChoice(OBJECTIVES), default=None,
                      help=f"What to judge on ({objectives}) [the comparison run's objective, else latency]."),
+        click.option("--latency", type=click.Choice(LATENCIES), default="raw", show_default=True,
+                     help="Which latency of each attempt is judged: raw (the median of every measured step) or "
+                          "uncontended (the median of its steps that barely waited for a CPU, where it has one; "
+                          "rerun with reason contention when more than half of an arm's attempts have none)."),
         *(_setting_option(setting) for setting in POLICY_SETTINGS),
         *(_setting_option(setting) for setting in threshold_settings().values()),
         click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
@@ -161,7 +165,7 @@ def collect_policy(kwargs: dict) -> dict:
     from mlflow_perfgate.rules._registry import threshold_settings
 
     settings = threshold_settings()
-    names = ["method", "mode", "objective", *(s.name for s in POLICY_SETTINGS), *settings]
+    names = ["method", "mode", "objective", "latency", *(s.name for s in POLICY_SETTINGS), *settings]
     collected = {name: kwargs.pop(name) for name in names if name in kwargs}
     collected = {name: value for name, value in collected.items() if value is not None}
     for name, text in parse_assignments(kwargs.pop("extra_thresholds", ()), "--threshold").items():
