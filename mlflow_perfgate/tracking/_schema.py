@@ -101,6 +101,9 @@ class TAG:
     COMPARISON = "perfgate.comparison"
     #: An attempt's ABBA round in its comparison (an int): the paired method pairs the arms by it.
     PAIR = "perfgate.pair"
+    #: On a comparison run: ``attempts`` (ABBA attempts, each in its own child) or ``steps`` (both
+    #: arms in one child per round, their measured steps interleaved).
+    INTERLEAVE = "perfgate.interleave"
     #: ``host|boot id|pid|start ticks`` of the process that runs an attempt or a comparison.
     SUPERVISOR = "perfgate.supervisor"
     #: On a decision run: a digest of the attempts judged and the policy; racing evaluators of the
