@@ -385,6 +385,11 @@ def test_a_failing_arm_fails_only_its_own_attempt(runner):
     assert lead.ok and lead.step_order == (0, 3, 4) and len(lead.step_times_ms) == 3
     assert other.failure == "exception: RuntimeError: boom" and "RuntimeError: boom" in other.failure_detail
     assert other.step_order == (1,) and len(other.step_times_ms) == 1 and other.latency_ms is None
+    # the leading arm failing (the runner's own result of the child) leaves the other its own result
+    lead, other = workloads.run_interleaved(f"{HOSTILE}:raiser", {"fail_at": 0}, {"fail_at": 1000}, warmup=0,
+                                            steps=2, timeout_s=60, runner=runner)
+    assert lead.failure == "exception: RuntimeError: boom" and lead.step_order == () and lead.exitcode == 0
+    assert other.ok and other.step_order == (1, 2)
     # a factory that refuses its conditions is that arm's failure too
     lead, other = workloads.run_interleaved(f"{HOSTILE}:broken_factory", {}, {}, warmup=0, steps=1,
                                             supervised=False)
