@@ -271,11 +271,11 @@ def compare(
     variable, value = _validated_change(base, change, hypothesis)
     candidate = {**base, variable: value}
     _check_interleave(interleave, variable, base, objective, supervised, runner)
-    interleave_mode = interleave
     from tqdm import tqdm  # the checks above need none of these
 
     from .tracking import end_run, evaluate_group, group_state, start_attempt, start_comparison, sync
-    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, interleave, run_attempt, run_interleaved
+    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, run_attempt, run_interleaved
+    from .workloads import interleave as abba
 
     if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
         raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
@@ -290,7 +290,7 @@ def compare(
         comparison_id = held["comparison_run_id"]
     else:
         comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
-                                         workload=workload, parent_run_id=parent_run_id, interleave=interleave_mode)
+                                         workload=workload, parent_run_id=parent_run_id, interleave=interleave)
     arms = {"baseline": base, "candidate": candidate}
     next_pair = held["next_pair"]
     deferred: list[str] = []  # attempts kept in the journal while the server was down
@@ -315,7 +315,7 @@ def compare(
 
     def run_block(order: list[str], bar) -> None:
         nonlocal next_pair
-        if interleave_mode == "steps":
+        if interleave == "steps":
             for index in range(len(order) // 2):
                 run_round(next_pair + index, bar)
             next_pair += len(order) // 2
@@ -337,7 +337,7 @@ def compare(
             active = attempt_runner(runner, workload=workload)
         with _terminate_as_exception(), tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt",
                                              disable=not progress, file=sys.stderr) as bar:
-            run_block(interleave(attempts), bar)
+            run_block(abba(attempts), bar)
             done, look = attempts, 1
             while until_decisive:
                 interim = evaluate_group(group, experiment_name=experiment_name, objective=objective,
@@ -349,7 +349,7 @@ def compare(
                     break
                 extra = min(2, max_attempts - done)
                 bar.total += 2 * extra
-                run_block(interleave(extra), bar)
+                run_block(abba(extra), bar)
                 done, look = done + extra, look + 1
             if deferred:  # the server may be back: send what waits in the journal before deciding
                 with contextlib.suppress(StoreUnavailable):

@@ -73,7 +73,8 @@ def step_positions(steps: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         ``(1, 2, 5, 6)``.
     """
     order = interleave(steps, ("a", "b"))
-    return (tuple(i for i, arm in enumerate(order) if arm == "a"), tuple(i for i, arm in enumerate(order) if arm == "b"))
+    return (tuple(i for i, arm in enumerate(order) if arm == "a"),
+            tuple(i for i, arm in enumerate(order) if arm == "b"))
 
 
 class _Arm:
@@ -108,7 +109,8 @@ class _Arm:
 
 
 def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int, steps: int,
-                        threads: int | None, probe: bool, timeout_s: float | None) -> tuple[AttemptResult, AttemptResult]:
+                        threads: int | None, probe: bool,
+                        timeout_s: float | None) -> tuple[AttemptResult, AttemptResult]:
     """Run one attempt of each arm here, their measured steps interleaved; every workload failure is data.
 
     Arm A (``conditions_a``) leads: it is built first, warms up first and takes the first measured

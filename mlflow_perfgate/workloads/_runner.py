@@ -100,7 +100,8 @@ class AttemptRunner:
 
     def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
-                        probe: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
+                        probe: bool = True,
+                        timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
         """Run one attempt of each arm in one supervised child, their measured steps interleaved
         (``_interleave``); the arguments are :func:`run_interleaved`'s. A crash of the child fails both.
 
@@ -141,7 +142,8 @@ class SpawnRunner(AttemptRunner):
 
     def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
-                        probe: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
+                        probe: bool = True,
+                        timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
         return run_pair(run_spawned, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                         threads=threads, probe=probe, timeout_s=timeout_s, import_workload=True)
 
@@ -362,7 +364,8 @@ class ForkRunner(AttemptRunner):
 
     def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
-                        probe: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
+                        probe: bool = True,
+                        timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
         def run_spec(spec: dict, limit: float) -> AttemptResult:
             with self._lock:
                 return self._run_spec(spec, limit)
