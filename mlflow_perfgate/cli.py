@@ -125,7 +125,7 @@ def _setting_option(setting, *, prefix: str = ""):
 def decision_options(func):
     """How a decision is made, derived from ``Policy`` and the registries: method, mode, objective,
     the levels, every threshold (the specification's and the objectives'), the environment check."""
-    from mlflow_perfgate.rules._policy import MODES, POLICY_SETTINGS
+    from mlflow_perfgate.rules._policy import LATENCIES, MODES, POLICY_SETTINGS
     from mlflow_perfgate.rules._registry import METHODS, OBJECTIVES, threshold_settings
 
     methods = "; ".join(f"{name}: {METHODS.help(name)}" for name in METHODS)
@@ -137,6 +137,10 @@ def decision_options(func):
                      help="improvement: must be faster; non_regression: may not be slower than --margin."),
         click.option("--objective", type=RegistryChoice(OBJECTIVES), default=None,
                      help=f"What to judge on ({objectives}) [the comparison run's objective, else latency]."),
+        click.option("--latency", type=click.Choice(LATENCIES), default="raw", show_default=True,
+                     help="Which latency of each attempt is judged: raw (the median of every measured step) or "
+                          "uncontended (the median of its steps that barely waited for a CPU, where it has one; "
+                          "rerun with reason contention when more than half of an arm's attempts have none)."),
         *(_setting_option(setting) for setting in POLICY_SETTINGS),
         *(_setting_option(setting) for setting in threshold_settings().values()),
         click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
@@ -162,7 +166,7 @@ def collect_policy(kwargs: dict) -> dict:
     from mlflow_perfgate.rules._registry import threshold_settings
 
     settings = threshold_settings()
-    names = ["method", "mode", "objective", *(s.name for s in POLICY_SETTINGS), *settings]
+    names = ["method", "mode", "objective", "latency", *(s.name for s in POLICY_SETTINGS), *settings]
     collected = {name: kwargs.pop(name) for name in names if name in kwargs}
     collected = {name: value for name, value in collected.items() if value is not None}
     for name, text in parse_assignments(kwargs.pop("extra_thresholds", ()), "--threshold").items():
@@ -428,6 +432,11 @@ def _conditions(sets: tuple[str, ...], allow_empty: bool = False) -> dict:
 
 
 _ALLOW_EMPTY = click.option("--allow-empty", is_flag=True, help="Accept a condition with an empty value (KEY=).")
+_INTERLEAVE = click.option(
+    "--interleave", type=click.Choice(["attempts", "steps"]), default="attempts", show_default=True,
+    help="attempts: baseline and candidate attempts in ABBA order, each in its own child; steps: one child per "
+         "ABBA round runs both arms (same workload and device), their measured steps alternating A B B A, so both "
+         "see the same contention (one attempt per arm per child; its limit is twice --timeout).")
 
 
 @cli.command()
@@ -445,6 +454,7 @@ _ALLOW_EMPTY = click.option("--allow-empty", is_flag=True, help="Accept a condit
 @click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
               help="What starts each supervised attempt's child: fork (a warm server forks a clean child per "
                    "attempt; auto where available) or spawn (a fresh python per attempt).")
+@_INTERLEAVE
 @click.option("--until-decisive", is_flag=True, help="Add attempt pairs while the answer is rerun, up to --max-attempts.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Per-arm cap for --until-decisive.")
 @click.option("--resume", is_flag=True, help="Add to a group that already holds attempts (a re-run), reusing its "
@@ -454,7 +464,7 @@ _ALLOW_EMPTY = click.option("--allow-empty", is_flag=True, help="Accept a condit
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
 def compare(workload, sets, change, allow_empty, attempts, group, experiment, timeout_s, threads, in_process, runner,
-            until_decisive, max_attempts, resume, output_format, no_progress, **kwargs):
+            interleave, until_decisive, max_attempts, resume, output_format, no_progress, **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     conditions = _conditions(sets, allow_empty)
     change = parse_assignments((change,), "--change", allow_empty=allow_empty)
@@ -467,8 +477,8 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
         workload, conditions, change, attempts=attempts, group=group,
         experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s, runner=runner,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
-        resume=resume, parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None,  # nested under `mlflow run`
-        **options,
+        resume=resume, interleave=interleave, parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None,
+        **options,  # nested under `mlflow run`
     )
     print_decision(result, output_format)
     exit_for(result)
@@ -536,12 +546,13 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
 @click.option("--in-process", is_flag=True, help="Run attempts in this process.")
 @click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
               help="What starts each supervised attempt's child (see compare --help).")
+@_INTERLEAVE
 @decision_options
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--gate", is_flag=True, help="Exit with the decision's code (as compare does) instead of 0.")
 @guarded
 def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallback_change, experiment, timeout_s,
-             in_process, runner, no_progress, gate, **kwargs):
+             in_process, runner, interleave, no_progress, gate, **kwargs):
     """The main job: diagnose, compare the plan's change under the diagnosis's objective, decide.
 
     Exits 0 once a decision is logged (whatever it is), unless --gate.
@@ -554,7 +565,7 @@ def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallbac
     outcome = run_pipeline(workload, conditions, attempts=attempts, capacity_mib=capacity_mib or None,
                            fallback_change=fallback, experiment_name=experiment, steps=steps,
                            progress=not no_progress, supervised=not in_process, timeout_s=timeout_s, runner=runner,
-                           **options)
+                           interleave=interleave, **options)
     synthesis = outcome["diagnosis"]["synthesis"]
     click.echo(f"diagnosis: {synthesis['status']}, primary signal {synthesis['primary_signal']}: "
                f"{synthesis['hypothesis']} (run {outcome['diagnosis']['diagnosis_run_id']})")

@@ -24,6 +24,7 @@ from .rules._errors import InputError, SingleVariableError, StoreUnavailable
 
 __all__ = [
     "DEFAULT_CONDITIONS",
+    "INTERLEAVE_MODES",
     "pipeline",
     "compare",
     "diagnose",
@@ -46,6 +47,38 @@ DEFAULT_CONDITIONS = {
     "warmup": 2,
     "steps": 10,
 }
+
+
+#: How a comparison's attempts share the machine: ``attempts``, ABBA attempts each in a child of
+#: its own; ``steps``, one child per ABBA round holding both arms, their measured steps interleaved.
+INTERLEAVE_MODES = ("attempts", "steps")
+#: Conditions both arms of a step-interleaved child must share, and why.
+_ONE_PROCESS = {
+    "device": "so they must share the device",
+    "warmup": "and alternates their steps one for one, so they must share warmup",
+    "steps": "and alternates their steps one for one, so they must share steps",
+}
+
+
+def _check_interleave(interleave: Any, variable: str, base: dict, objective: str, supervised: bool,
+                      runner: Any) -> None:
+    """Refuse, before anything runs, a step interleaving whose arms cannot live in one process."""
+    if interleave not in INTERLEAVE_MODES:
+        raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
+    if interleave != "steps":
+        return
+    if variable in _ONE_PROCESS:
+        raise InputError(f"interleave='steps' runs both arms in one process {_ONE_PROCESS[variable]}; the changed "
+                         f"variable is {variable!r}: use interleave='attempts' (--interleave attempts)")
+    if objective == "memory" and str(base.get("device", "cpu")).strip().lower().startswith("cuda"):
+        raise InputError("interleave='steps' on CUDA shares one caching allocator between the arms, so the peak "
+                         "memory the memory objective judges would be both arms' together: use interleave='attempts'")
+    from .workloads import AttemptRunner
+
+    if supervised and isinstance(runner, AttemptRunner) and \
+            type(runner).run_interleaved is AttemptRunner.run_interleaved:
+        raise InputError(f"interleave='steps' needs a runner that runs step-interleaved pairs; "
+                         f"{type(runner).__name__} does not")
 
 
 def _base_conditions(workload: str, conditions: dict, attempts: int) -> dict:
@@ -178,6 +211,19 @@ def _outcome(result, conditions: dict) -> dict:
         metrics[METRIC.THROUGHPUT] = result.throughput_tok_s
     if result.wall_s is not None:
         metrics[METRIC.ATTEMPT_WALL] = result.wall_s
+    # The kernel's contention figures, raw, failed attempts' too (for the steps they completed).
+    for key, value in ((METRIC.RUNQ_WAIT, result.runq_wait_ms), (METRIC.CPU, result.cpu_ms),
+                       (METRIC.WAIT_SHARE, result.wait_share), (METRIC.NIVCSW, result.nivcsw),
+                       (METRIC.UNCONTENDED_STEPS, result.uncontended_steps)):
+        if value is not None:
+            metrics[key] = value
+    if result.ok and result.uncontended_latency_ms is not None:
+        metrics[METRIC.UNCONTENDED_LATENCY] = result.uncontended_latency_ms
+    histories = {}
+    if result.step_wait_share is not None:
+        histories[METRIC.STEP_WAIT_SHARE] = list(result.step_wait_share)
+    if result.step_order is not None:
+        histories[METRIC.STEP_ORDER] = list(result.step_order)
     environment = {"gpu_name": _gpu_name(conditions)}
     if result.torch_threads is not None:
         environment["torch_threads"] = result.torch_threads
@@ -186,6 +232,7 @@ def _outcome(result, conditions: dict) -> dict:
         ok=result.ok, failure=None if result.ok else result.failure[:7900], validity=result.validity,
         metrics=metrics or None, step_times_ms=list(result.step_times_ms) or None, environment=environment,
         failure_detail=result.failure_detail if not result.ok else None, mem_status=result.mem_status,
+        histories=histories or None, contention_status=result.contention_status,
     )
 
 
@@ -241,6 +288,7 @@ def compare(
     on_attempt: Callable[[str, Any], None] | None = None,
     parent_run_id: str | None = None,
     resume: bool = False,
+    interleave: str = "attempts",
     **evaluate_kwargs: Any,
 ) -> dict:
     """Run baseline and candidate attempts interleaved (ABBA) under a comparison run, then decide.
@@ -267,6 +315,14 @@ def compare(
         resume: add to a group that already holds attempts (a re-run of the same comparison):
             its comparison run is reused and the ABBA rounds continue; without it such a
             group is refused, never half-mixed.
+        interleave: ``attempts`` (default: the ABBA order of whole attempts, each in its own
+            child) or ``steps``: each ABBA round is one child holding both arms (each built once,
+            both warmed up, then their measured steps alternate A B B A ...; the arm that leads
+            alternates between rounds), which gives one attempt per arm with the round's
+            ``pair``; a failing arm fails its own attempt, a crash of the child both. The child's
+            limit is twice ``timeout_s``. Both arms must live in one process: the same workload
+            and device, warmup and steps (refused before anything runs otherwise, as is the
+            memory objective on CUDA, where the arms share one allocator).
         **evaluate_kwargs: thresholds and options for ``evaluate_group``.
 
     Returns:
@@ -280,13 +336,17 @@ def compare(
     policy_options = {k: v for k, v in evaluate_kwargs.items() if k != "env_mismatch"}
     rules.Policy(objective=objective, **policy_options)  # every option checked before anything runs
     base = _base_conditions(workload, conditions, attempts)
+    if isinstance(change, dict) and len(change) == 1:  # why steps cannot share a process, before the fixed keys
+        _check_interleave(interleave, str(next(iter(change))), base, objective, supervised, runner)
     require_fixed_conditions(base)
     variable, value = _validated_change(base, change, hypothesis)
     candidate = {**base, variable: value}
+    _check_interleave(interleave, variable, base, objective, supervised, runner)
     from tqdm import tqdm  # the checks above need none of these
 
     from .tracking import end_run, evaluate_group, group_state, start_attempt, start_comparison, sync
-    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, interleave, run_attempt
+    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, run_attempt, run_interleaved
+    from .workloads import interleave as abba
 
     if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
         raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
@@ -301,27 +361,45 @@ def compare(
         comparison_id = held["comparison_run_id"]
     else:
         comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
-                                         workload=workload, parent_run_id=parent_run_id)
+                                         workload=workload, parent_run_id=parent_run_id, interleave=interleave)
     arms = {"baseline": base, "candidate": candidate}
     next_pair = held["next_pair"]
     deferred: list[str] = []  # attempts kept in the journal while the server was down
     witness = _ChangeWitness(variable)  # the factory must not ignore the change (checked once per arm)
 
+    def report(arm: str, started, result, bar) -> None:
+        if _finish(started, result, arms[arm]) is None:
+            deferred.append(started.attempt_id)
+        witness.see(arm, result)
+        if on_attempt is not None:
+            on_attempt(arm, result)
+        bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")
+        bar.update(1)
+
+    def run_round(pair: int, bar) -> None:
+        """One child, both arms, their steps interleaved; the leading arm alternates between rounds (ABBA)."""
+        order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
+        started = [start_attempt(group, arm, arms[arm], experiment_name=experiment_name, parent_run_id=comparison_id,
+                                 pair=pair, environment={"gpu_name": _gpu_name(arms[arm])}) for arm in order]
+        results = run_interleaved(workload, arms[order[0]], arms[order[1]], supervised=supervised,
+                                  timeout_s=2 * timeout_s, threads=threads, runner=active)
+        for arm, attempt, result in zip(order, started, results):
+            report(arm, attempt, result, bar)
+
     def run_block(order: list[str], bar) -> None:
         nonlocal next_pair
+        if interleave == "steps":
+            for index in range(len(order) // 2):
+                run_round(next_pair + index, bar)
+            next_pair += len(order) // 2
+            return
         for index, arm in enumerate(order):
             started = start_attempt(group, arm, arms[arm], experiment_name=experiment_name,
                                     parent_run_id=comparison_id, pair=next_pair + index // 2,
                                     environment={"gpu_name": _gpu_name(arms[arm])})
             result = run_attempt(workload, arms[arm], supervised=supervised, timeout_s=timeout_s, threads=threads,
                                  runner=active)
-            if _finish(started, result, arms[arm]) is None:
-                deferred.append(started.attempt_id)
-            witness.see(arm, result)
-            if on_attempt is not None:
-                on_attempt(arm, result)
-            bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")
-            bar.update(1)
+            report(arm, started, result, bar)
         next_pair += len(order) // 2
 
     # One runner for the whole comparison: with fork, one warm server for all its attempts.
@@ -332,7 +410,7 @@ def compare(
             active = attempt_runner(runner, workload=workload)
         with _terminate_as_exception(), tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt",
                                              disable=not progress, file=sys.stderr) as bar:
-            run_block(interleave(attempts), bar)
+            run_block(abba(attempts), bar)
             done, look = attempts, 1
             while until_decisive:
                 interim = evaluate_group(group, experiment_name=experiment_name, objective=objective,
@@ -344,7 +422,7 @@ def compare(
                     break
                 extra = min(2, max_attempts - done)
                 bar.total += 2 * extra
-                run_block(interleave(extra), bar)
+                run_block(abba(extra), bar)
                 done, look = done + extra, look + 1
             if deferred:  # the server may be back: send what waits in the journal before deciding
                 with contextlib.suppress(StoreUnavailable):
@@ -582,6 +660,7 @@ def pipeline(
     supervised: bool = True,
     timeout_s: float = 300.0,
     runner: Any = "auto",
+    interleave: str = "attempts",
     **evaluate_kwargs: Any,
 ) -> dict:
     """The main job: diagnose, compare the plan's single change under the diagnosis's objective, decide.
@@ -589,12 +668,14 @@ def pipeline(
     When the diagnosis finds no strong signal (or is blocked by correctness), the comparison
     tests ``fallback_change`` on latency instead, and says so; without a fallback it stops after
     the diagnosis. Under ``mlflow run`` (``MLFLOW_RUN_ID`` set) the diagnosis and the comparison
-    nest under the project's run. ``runner`` is :func:`compare`'s.
+    nest under the project's run. ``runner`` and ``interleave`` are :func:`compare`'s.
 
     Returns:
         ``{"diagnosis": ..., "decision": <evaluate_group's result or None>, "change": ...,
         "objective": ..., "fallback_used": bool}``.
     """
+    if interleave not in INTERLEAVE_MODES:  # before the diagnosis; compare checks the rest once the change is known
+        raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
     parent = os.environ.get("MLFLOW_RUN_ID") or None
     chosen_objective = evaluate_kwargs.pop("objective", None)
     report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
@@ -611,6 +692,6 @@ def pipeline(
     decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
                        objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
                        hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, runner=runner,
-                       **evaluate_kwargs)
+                       interleave=interleave, **evaluate_kwargs)
     return {"diagnosis": report, "decision": decision, "change": change, "objective": objective,
             "fallback_used": fallback_used}

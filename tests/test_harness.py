@@ -169,3 +169,76 @@ def test_pipeline_prints_the_change_as_the_params_spell_it(sqlite_uri, capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "comparison: checkpoint=true from the diagnosis's plan, objective memory" in out
+
+
+def test_a_supervised_attempts_contention_figures_reach_mlflow(sqlite_uri):
+    seen = {}
+    result = compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 2}, {"checkpoint": True}, attempts=1,
+                     progress=False, min_valid_runs=1, env_mismatch="warn", timeout_s=120,
+                     on_attempt=lambda arm, attempt: seen.setdefault(arm, attempt))
+    client = MlflowClient()
+    for attempt in result["attempts"]:
+        outcome, run = seen[attempt["arm"]], client.get_run(attempt["run_id"])
+        assert outcome.supervised and run.data.tags[TAG.CONTENTION_STATUS] == outcome.contention_status
+        if outcome.contention_status != "measured":  # no /proc here: the status says why, no figures
+            assert outcome.contention_status.startswith("unavailable: ")
+            assert "runq_wait_ms" not in run.data.metrics
+            continue
+        for key in ("runq_wait_ms", "cpu_ms", "wait_share", "nivcsw", "uncontended_steps"):
+            assert run.data.metrics[key] == pytest.approx(getattr(outcome, key)), key
+        history = client.get_metric_history(run.info.run_id, "step_wait_share")
+        history = sorted((m.step, m.value) for m in history)
+        assert [step for step, _ in history] == [0, 1]
+        assert [value for _, value in history] == pytest.approx(outcome.step_wait_share)
+        # the quiet steps' figure is there exactly when the attempt was not contended
+        assert run.data.metrics.get("uncontended_latency_ms") == (
+            None if outcome.uncontended_latency_ms is None else pytest.approx(outcome.uncontended_latency_ms))
+        assert "step_order" not in run.data.metrics  # an attempt that had its process to itself
+
+
+@pytest.mark.parametrize("runner", ["fork", "spawn"])
+def test_compare_interleave_steps_pairs_one_attempt_per_arm_per_child(sqlite_uri, runner):
+    if runner == "fork" and not pg_workloads.fork_available():
+        pytest.skip("the fork runner needs os.fork on Linux")
+    seen = []
+    result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False,
+                     timeout_s=60, min_valid_runs=2, interleave="steps", runner=runner, method="paired",
+                     on_attempt=lambda arm, attempt: seen.append((arm, attempt)))
+    # one child per round: the arm that leads alternates (ABBA over rounds), both share the child's wall time
+    assert [arm for arm, _ in seen] == ["baseline", "candidate", "candidate", "baseline"]
+    assert [a.step_order for _, a in seen] == [(0, 3), (1, 2), (0, 3), (1, 2)]
+    assert all(a.runner == runner for _, a in seen) and seen[0][1].wall_s == seen[1][1].wall_s
+    assert result["method"] == "paired" and result["pairs"] == 2
+    client = MlflowClient()
+    assert client.get_run(result["comparison_run_id"]).data.tags[TAG.INTERLEAVE] == "steps"
+    pairs = {}
+    for attempt in result["attempts"]:
+        pairs.setdefault(attempt["pair"], []).append(attempt["arm"])
+        history = client.get_metric_history(attempt["run_id"], "step_order")
+        assert sorted(int(m.value) for m in history) in ([0, 3], [1, 2])
+    assert {pair: sorted(arms) for pair, arms in pairs.items()} == {0: ["baseline", "candidate"],
+                                                                  1: ["baseline", "candidate"]}
+
+
+def test_compare_interleave_steps_a_failing_arm_and_in_process(sqlite_uri):
+    result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 1}, attempts=1, progress=False,
+                     supervised=False, min_valid_runs=1, interleave="steps")
+    assert result["baseline"]["valid_runs"] == 1
+    assert result["candidate"]["failure_reasons"] == ["exception: RuntimeError: boom"]
+
+
+@pytest.mark.parametrize("change, needle", [({"device": "cuda"}, "so they must share the device; the changed "
+                                                                  "variable is 'device'"),
+                                            ({"steps": 3}, "so they must share steps")])
+def test_interleave_steps_is_refused_before_anything_runs_when_the_arms_cannot_share_a_process(
+        sqlite_uri, change, needle, capsys):
+    with pytest.raises(pg.errors.InputError, match=needle):
+        compare("tinylm", TINY, change, attempts=1, progress=False, interleave="steps")
+    with pytest.raises(pg.errors.InputError, match="interleave must be one of"):
+        compare("tinylm", TINY, {"checkpoint": True}, attempts=1, progress=False, interleave="rounds")
+    (variable, value), = change.items()
+    with pytest.raises(SystemExit) as info:
+        main(["compare", "--change", f"{variable}={value}", "--interleave", "steps", "--no-progress"])
+    assert info.value.code == 2 and needle in " ".join(capsys.readouterr().err.split())
+    client = MlflowClient()
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []

@@ -98,3 +98,16 @@ def test_cli_options_and_help_come_from_the_settings():
             assert option in text, (command, option)
         assert "in the range [0, 1) [0.05]" in " ".join(text.split())  # min_improvement's range and default
         assert "seed: the specification's rule, exact" in " ".join(text.split())
+
+
+def test_latency_is_a_decision_option_of_every_deciding_command():
+    from mlflow_perfgate.cli import collect_policy
+
+    runner = CliRunner()
+    for command in ("evaluate", "compare", "pipeline"):
+        text = " ".join(runner.invoke(cli, [command, "--help"], terminal_width=200).output.split())
+        assert "--latency [raw|uncontended]" in text and "[default: raw]" in text, command
+    refused = runner.invoke(cli, ["evaluate", "--group", "g", "--latency", "quiet"])
+    assert refused.exit_code == 2 and "'quiet' is not one of 'raw', 'uncontended'" in refused.output
+    assert collect_policy({"latency": "uncontended", "method": "robust"}) == {"latency": "uncontended",
+                                                                             "method": "robust"}

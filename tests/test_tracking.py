@@ -459,3 +459,42 @@ def test_headlines_follow_the_objective_and_a_memory_accept_never_says_faster(sq
             assert expected[objective] in text
             if objective != "latency":
                 assert "faster" not in text, (objective, text)
+
+
+def test_contention_figures_histories_and_status_are_logged_and_refused_when_bad(sqlite_uri):
+    run_id = pg.log_attempt("hist", "baseline", CONDITIONS, latency_ms=11.0, quality=0.9, step_times_ms=[10, 11, 30],
+                            metrics={"runq_wait_ms": 21.5, "wait_share": 0.42, "uncontended_latency_ms": 10.5},
+                            histories={"step_wait_share": [0.0, None, 0.7]}, contention_status="measured")
+    client = MlflowClient()
+    run = client.get_run(run_id)
+    assert run.data.tags[TAG.CONTENTION_STATUS] == "measured"
+    assert run.data.metrics["uncontended_latency_ms"] == 10.5 and run.data.metrics["wait_share"] == 0.42
+    history = client.get_metric_history(run_id, "step_wait_share")
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.0), (2, 0.7)]  # the step index is kept
+    for bad, message in [(dict(histories={"step_time_ms": [1.0]}), "history 'step_time_ms' is the attempt's own"),
+                         (dict(histories={"h": [float("nan")]}), "history 'h' must be finite"),
+                         (dict(histories={"h": "1,2"}), "history 'h' must be a list of numbers"),
+                         (dict(histories={"perfgate.x": [1.0]}), "history .perfgate.x. is reserved"),
+                         (dict(metrics={"h": 1.0}, histories={"h": [1.0]}), "also given as a metric"),
+                         (dict(metrics={"uncontended_latency_ms": 0.0}), "must be > 0"),
+                         (dict(contention_status="maybe"), "contention_status must be 'measured' or")]:
+        with pytest.raises(ValueError, match=message):
+            pg.log_attempt("hist-bad", "baseline", CONDITIONS, latency_ms=11.0, quality=0.9, **bad)
+    assert len(all_runs()) == 1
+
+
+def test_evaluate_judges_the_uncontended_latency_when_asked(sqlite_uri):
+    for arm, conditions, raw, quiet in (("baseline", CONDITIONS, (100, 150, 101, 160, 99), (100, 100, 101, 100, 99)),
+                                        ("candidate", CANDIDATE, (90, 150, 89, 91, 92), (90, 89, 89, 91, None))):
+        for r, q in zip(raw, quiet):
+            extra = {} if q is None else {"uncontended_latency_ms": q}
+            pg.log_attempt("quiet", arm, conditions, latency_ms=r, quality=0.9, metrics=extra or None)
+    raw = pg.evaluate_group("quiet", method="robust", dry_run=True)
+    assert raw["latency"] == "raw" and raw["baseline"]["median_ms"] == 101
+    result = pg.evaluate_group("quiet", method="robust", latency="uncontended")
+    assert result["decision"] == "accept" and result["baseline"]["median_ms"] == 100
+    assert result["candidate"]["contended_runs"] == 1
+    assert any("1 of 5 successful candidate attempts have no uncontended_latency_ms" in w for w in result["warnings"])
+    assert all("uncontended_latency_ms" in a for a in result["attempts"] if a["arm"] == "baseline")
+    decision = MlflowClient().get_run(result["decision_run_id"]).data
+    assert decision.tags[TAG.LATENCY] == "uncontended" and decision.metrics["candidate_contended_runs"] == 1

@@ -344,3 +344,71 @@ def test_workloads_layer_imports_neither_mlflow_nor_tracking():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# --- Step-level interleaving: both arms in one child, their measured steps A B B A ...
+
+def test_step_positions_and_arguments_of_an_interleaved_pair():
+    from mlflow_perfgate.workloads._interleave import step_positions
+
+    assert step_positions(4) == ((0, 3, 4, 7), (1, 2, 5, 6)) and step_positions(1) == ((0,), (1,))
+    with pytest.raises(ValueError, match="both need the same steps, got 2 and 3"):
+        workloads.run_interleaved("tinylm", {"steps": 2}, {"steps": 3}, supervised=False)
+    with pytest.raises(ValueError, match="supervised attempts only"):
+        workloads.run_interleaved("tinylm", {}, {}, supervised=False, runner="spawn")
+    with pytest.raises(NotImplementedError, match="does not run step-interleaved attempts"):
+        workloads.AttemptRunner().run_interleaved("tinylm", {}, {})
+
+
+def test_an_interleaved_pair_of_tinylm_attempts(runner):
+    base, cand = {**TINY}, {**TINY, "checkpoint": "true"}
+    lead, other = workloads.run_interleaved("tinylm", base, cand, warmup=1, steps=2, threads=1, timeout_s=240,
+                                            runner=runner)
+    for result, conditions, order in ((lead, base, (0, 3)), (other, cand, (1, 2))):
+        assert result.ok, result.failure_detail
+        assert result.supervised and result.runner == ("spawn" if runner is None else "fork")
+        assert result.conditions == conditions and result.step_order == order and len(result.step_times_ms) == 2
+        assert result.latency_ms == statistics.median(result.step_times_ms) and result.torch_threads == 1
+        assert rules.validate_validity_report(result.validity)["run_valid"] is True
+        assert result.mem_status == "estimated" and result.peak_mem_mib > 0
+        assert result.contention_status is not None
+        assert AttemptResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    assert (lead.wall_s, lead.exitcode) == (other.wall_s, other.exitcode)  # one child
+    # each arm trains as it would alone: the same quality as an attempt of its own
+    alone = run_attempt("tinylm", cand, warmup=1, steps=2, threads=1, supervised=False, probe=False)
+    assert other.quality == alone.quality
+
+
+def test_a_failing_arm_fails_only_its_own_attempt(runner):
+    lead, other = workloads.run_interleaved(f"{HOSTILE}:raiser", {"fail_at": 1000}, {"fail_at": 1}, warmup=0,
+                                            steps=3, timeout_s=60, runner=runner)
+    assert lead.ok and lead.step_order == (0, 3, 4) and len(lead.step_times_ms) == 3
+    assert other.failure == "exception: RuntimeError: boom" and "RuntimeError: boom" in other.failure_detail
+    assert other.step_order == (1,) and len(other.step_times_ms) == 1 and other.latency_ms is None
+    # the leading arm failing (the runner's own result of the child) leaves the other its own result
+    lead, other = workloads.run_interleaved(f"{HOSTILE}:raiser", {"fail_at": 0}, {"fail_at": 1000}, warmup=0,
+                                            steps=2, timeout_s=60, runner=runner)
+    assert lead.failure == "exception: RuntimeError: boom" and lead.step_order == () and lead.exitcode == 0
+    assert other.ok and other.step_order == (1, 2)
+    # a factory that refuses its conditions is that arm's failure too
+    lead, other = workloads.run_interleaved(f"{HOSTILE}:broken_factory", {}, {}, warmup=0, steps=1,
+                                            supervised=False)
+    assert lead.failure.startswith("invalid_conditions: flavour must be one of") and other.failure == lead.failure
+
+
+def test_a_crash_of_the_shared_child_fails_both(runner):
+    lead, other = workloads.run_interleaved(f"{HOSTILE}:killer", {"fail_at": 1000}, {"fail_at": 1}, warmup=0,
+                                            steps=3, timeout_s=60, runner=runner)
+    for result in (lead, other):
+        assert result.failure == "killed by signal SIGKILL" and result.exitcode == -9 and result.supervised
+    assert lead.conditions == {"fail_at": 1000} and other.conditions == {"fail_at": 1}
+
+
+def test_arms_on_two_devices_cannot_share_a_child():
+    lead, other = workloads.run_interleaved(f"{FIXTURES}.placed:make", {"device": "cpu"}, {"device": "meta"},
+                                            warmup=0, steps=1, supervised=False)
+    for result in (lead, other):
+        assert result.failure == ("invalid_conditions: step interleaving runs both arms in one process on one "
+                                  "device; they are on cpu and meta") and result.step_times_ms == ()
+    assert all(r.ok for r in workloads.run_interleaved(f"{FIXTURES}.placed:make", {}, {}, warmup=0, steps=1,
+                                                         supervised=False))

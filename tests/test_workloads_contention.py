@@ -20,11 +20,14 @@ import pytest
 
 from mlflow_perfgate.workloads import AttemptResult, run_attempt
 from mlflow_perfgate.workloads._contention import (
+    CONTENTION_WAIT_SHARE_BOUND,
     MEASURED,
     ContentionSampler,
     ContentionUnavailableWarning,
     ProcessSnapshot,
+    StepContention,
     summarize_steps,
+    uncontended_latency,
 )
 from mlflow_perfgate.workloads._timing import time_steps
 
@@ -301,3 +304,35 @@ def test_attempt_result_validates_the_contention_fields():
     assert full.step_wait_ms == (0.1, 0.4)
     assert full.to_dict()["step_nivcsw"] == [0, 2]
     assert AttemptResult.from_dict(json.loads(json.dumps(full.to_dict()))) == full
+
+
+def test_uncontended_latency_is_the_median_of_the_quiet_steps_by_hand():
+    assert CONTENTION_WAIT_SHARE_BOUND == 0.05
+    times = [10.0, 11.0, 30.0, 12.0, 40.0, 13.0]
+    # all quiet: the median of every step (the bound itself is quiet)
+    assert uncontended_latency(times, [0.0, 0.01, 0.05, 0.0, 0.002, 0.0]) == (12.5, 6)
+    # half contended: 3 quiet steps of 6 are enough, their median
+    assert uncontended_latency(times, [0.0, 0.01, 0.6, 0.0, 0.9, 0.051]) == (11.0, 3)
+    # mostly contended: 2 quiet of 6 is a contended attempt; a step without a share is not quiet
+    assert uncontended_latency(times, [0.0, None, 0.6, 0.0, 0.9, 0.3]) == (None, 2)
+    assert uncontended_latency([], []) == (None, 0)
+    assert uncontended_latency([5.0], [0.04], bound=0.01) == (None, 0)
+    with pytest.raises(ValueError, match="one value per step"):
+        uncontended_latency([1.0, 2.0], [0.0])
+    with pytest.raises(ValueError, match="bound must be a finite number >= 0"):
+        uncontended_latency([1.0], [0.0], bound=-0.1)
+
+
+def test_summarize_steps_carries_the_uncontended_figure():
+    def step(wall_ms, wait_ms):
+        return StepContention(runq_wait_ms=wait_ms, cpu_ms=wall_ms, nivcsw=0, wall_ms=wall_ms,
+                              wait_share=wait_ms / wall_ms, threads=1, threads_exited=0)
+
+    fields = summarize_steps([step(10.0, 0.0), step(20.0, 15.0), step(12.0, 0.1)], MEASURED)
+    assert (fields["uncontended_latency_ms"], fields["uncontended_steps"]) == (11.0, 2)
+    result = AttemptResult(ok=True, latency_ms=12.0, quality=1.0, step_times_ms=(10.0, 20.0, 12.0), **fields)
+    assert AttemptResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    with pytest.raises(ValueError, match="uncontended_steps must be an integer in"):
+        AttemptResult(ok=True, latency_ms=12.0, quality=1.0, step_times_ms=(10.0,), uncontended_steps=2)
+    with pytest.raises(ValueError, match="uncontended_latency_ms must be a finite number > 0"):
+        AttemptResult(ok=True, latency_ms=12.0, quality=1.0, uncontended_latency_ms=0.0)

@@ -27,6 +27,7 @@ __all__ = [
     "REL_TOL",
     "above",
     "below",
+    "contention_check",
     "contention_flags",
     "decided",
     "exceedance_tail_check",
@@ -226,3 +227,20 @@ def contention_flags(b: ArmSummary, c: ArmSummary) -> dict[str, list[int]]:
     """Indices (into each arm's run list) of the successful attempts :func:`flag_contention` flags."""
     return {arm: [summary.ok_indices[i] for i in flag_contention(summary.latencies)] if summary.latencies else []
             for arm, summary in (("baseline", b), ("candidate", c))}
+
+
+def _contention_text(f: Mapping) -> str:
+    return (f"{f['baseline']} of {f['baseline_valid']} baseline and {f['candidate']} of {f['candidate_valid']} "
+            "candidate successful attempts have no uncontended latency (more than half their steps waited for a "
+            "CPU, or contention was not measured) and are judged on their raw latency; more than half of an arm "
+            "is too many to judge it uncontended")
+
+
+def contention_check(b: ArmSummary, c: ArmSummary) -> Check:
+    """``contention_ok`` for a policy's ``latency="uncontended"``: ``None`` (undecided: rerun) when
+    more than half of either arm's successful attempts lack an uncontended latency (:attr:`ArmSummary
+    .contended_runs`), else ``True``. No attempt is dropped: the contended ones keep their raw latency."""
+    figures = {"baseline": b.contended_runs or 0, "candidate": c.contended_runs or 0,
+               "baseline_valid": b.valid_runs, "candidate_valid": c.valid_runs}
+    too_many = any(2 * (s.contended_runs or 0) > s.valid_runs for s in (b, c))
+    return Check.build("contention_ok", None if too_many else True, figures, _contention_text)

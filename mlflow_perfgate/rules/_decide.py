@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ._checks import contention_flags
+from ._checks import contention_check, contention_flags
 from ._errors import typed_inputs
 from ._policy import Policy
 from ._records import ArmSummary, Decision
 from ._registry import METHODS, OBJECTIVES, Method
 
-__all__ = ["METHODS", "companion", "decide", "judge"]
+__all__ = ["METHODS", "companion", "decide", "judge", "uncontended"]
 
 
 def companion(decision: Decision, method: Method) -> dict[str, Any]:
@@ -29,6 +29,34 @@ def companion(decision: Decision, method: Method) -> dict[str, Any]:
     return {**summary, **{figure.name: values[figure.name] for figure in method.figures if figure.name in values}}
 
 
+#: Failed checks whose reject stands whatever the latencies say (a contention rerun does not undo them).
+_LATENCY_FREE_CHECKS = ("failure_rate_ok", "quality_ok")
+#: Reruns that come before any check (the specification's preconditions): a contention rerun leaves them.
+_PRECONDITIONS = ("insufficient_valid_runs", "unreliable_baseline")
+
+
+def uncontended(decision: Decision, b: ArmSummary, c: ArmSummary) -> Decision:
+    """A decision under ``latency="uncontended"``: with its ``contention_ok`` check, and ``rerun``
+    (reason ``contention``) when that check is undecided.
+
+    The verdict a rule reached on latencies of which more than half in an arm are raw (contended
+    attempts) is not trusted: an accept, a reject on latency checks or an inconclusive rerun becomes
+    ``rerun``/``contention``. A reject on the failure rate or the quality stands (the latencies do not
+    enter it), and so do the specification's preconditions (``insufficient_valid_runs``,
+    ``unreliable_baseline``), which answer before any check.
+    """
+    check = contention_check(b, c)
+    figures = {**decision.figures, "baseline_contended_runs": b.contended_runs,
+               "candidate_contended_runs": c.contended_runs}
+    if decision.verdict == "rerun" and decision.reason in _PRECONDITIONS and not decision.checks:
+        return dataclasses.replace(decision, figures=figures)
+    checks = (*decision.checks, check)
+    stands = decision.verdict == "reject" and any(name in _LATENCY_FREE_CHECKS for name in decision.failed_checks)
+    if check.passed is None and not stands:
+        return dataclasses.replace(decision, verdict="rerun", reason="contention", checks=checks, figures=figures)
+    return dataclasses.replace(decision, checks=checks, figures=figures)
+
+
 def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: int | None = None,
           max_looks: int | None = None) -> Decision:
     """Judge one comparison under ``policy``; the :class:`Decision` record.
@@ -42,20 +70,26 @@ def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: in
     Args:
         baseline_runs, candidate_runs: attempt records (``ok``, ``latency_ms``, ``quality``,
             ``failure``, the objective's metric, ``pair``).
-        policy: how to decide.
+        policy: how to decide; its ``latency`` says which latency of each attempt is judged
+            (``raw``: ``latency_ms``; ``uncontended``: ``uncontended_latency_ms`` where an
+            attempt has it, see :func:`uncontended`).
         look, max_looks: the look of a sequential comparison (``compare --until-decisive``);
             statistical methods spend their error rates across the looks.
     """
     objective = OBJECTIVES[policy.objective]
-    b = ArmSummary.from_runs(baseline_runs, objective.metrics)
-    c = ArmSummary.from_runs(candidate_runs, objective.metrics)
-    decision = METHODS[policy.method].rule(b, c, policy, objective, look=look, max_looks=max_looks)
+    b = ArmSummary.from_runs(baseline_runs, objective.metrics, policy.latency_key)
+    c = ArmSummary.from_runs(candidate_runs, objective.metrics, policy.latency_key)
+
+    def rule(name: str) -> Decision:
+        made = METHODS[name].rule(b, c, policy, objective, look=look, max_looks=max_looks)
+        return uncontended(made, b, c) if policy.latency == "uncontended" else made
+
+    decision = rule(policy.method)
     judges = [name for name in METHODS if METHODS[name].judges(objective.name) and policy.mode in METHODS[name].modes]
     companions = {}
     if len(judges) > 1:
         for name in judges:
-            other = decision if name == policy.method else METHODS[name].rule(
-                b, c, policy, objective, look=look, max_looks=max_looks)
+            other = decision if name == policy.method else rule(name)
             companions[name] = companion(other, METHODS[name])
     advice = dict(decision.advice)
     if "recommended_attempts" not in advice:
@@ -73,7 +107,7 @@ def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: in
 def decide(baseline_runs: list, candidate_runs: list, *, objective: str = "latency", method: str = "seed",
            mode: str = "improvement", margin: float | None = 0.05, alpha: float | None = None,
            confidence: float | None = None, look: int | None = None, max_looks: int | None = None,
-           **thresholds) -> dict:
+           latency: str | None = None, **thresholds) -> dict:
     """Judge one comparison: objective x method x mode, every judging method's figures kept.
 
     - ``objective="latency"``: ``method="seed"`` is the specification's rule, exact
@@ -84,6 +118,8 @@ def decide(baseline_runs: list, candidate_runs: list, *, objective: str = "laten
       are computed and the others' figures are kept under ``seed`` / ``robust`` / ``paired``.
     - ``objective="memory"`` or ``"throughput"``: :func:`evaluate_objective` (improvement
       mode, the specification-style rule on the objective's figure).
+    - ``latency="uncontended"``: the rules judge each attempt's ``uncontended_latency_ms`` where
+      it has one (see :func:`judge`); ``raw`` (default) judges ``latency_ms``.
 
     A thin wrapper of :func:`judge` with a :class:`Policy` made of the keyword arguments
     (``None`` means the default).
@@ -100,7 +136,7 @@ def decide(baseline_runs: list, candidate_runs: list, *, objective: str = "laten
         KeyError: a successful attempt misses ``latency_ms``, ``quality`` or the objective's metric.
     """
     policy = Policy(objective=objective, method=method, mode=mode, margin=margin, alpha=alpha,
-                    confidence=confidence, **thresholds)
+                    confidence=confidence, latency=latency, **thresholds)
     decision = judge(baseline_runs, candidate_runs, policy, look=look, max_looks=max_looks)
     result = decision.to_dict()
     result.setdefault("failed_checks", [])

@@ -16,6 +16,8 @@ from ._errors import PolicyError, check_finite
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
+    "LATENCIES",
+    "LATENCY_KEYS",
     "MODES",
     "POLICY_SETTINGS",
     "Policy",
@@ -27,6 +29,13 @@ __all__ = [
 #: The questions a comparison can ask: the specification's (is the candidate faster by at least
 #: ``min_improvement``?) and CI's (is the candidate at most ``margin`` slower?).
 MODES = ("improvement", "non_regression")
+#: Which latency of an attempt the rules judge, and the attempt record's key for it: ``raw``, the
+#: median of every measured step (``latency_ms``, the specification's); ``uncontended``, the
+#: median of the quiet steps (``uncontended_latency_ms``: those whose run-queue wait share is at
+#: most the workloads' bound), where an attempt has it. The default stays ``raw`` until the noise
+#: lab has measured what ``uncontended`` buys.
+LATENCY_KEYS = MappingProxyType({"raw": "latency_ms", "uncontended": "uncontended_latency_ms"})
+LATENCIES = tuple(LATENCY_KEYS)
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,12 @@ class Policy:
         margin: the slowdown tolerated in ``non_regression`` mode, >= 0.
         alpha: the one-sided level of the statistical methods, in (0, 1).
         confidence: the confidence of their ratio interval, in (0, 1).
+        latency: which latency of each attempt is judged (:data:`LATENCY_KEYS`): ``raw``
+            (default: ``latency_ms``, every measured step) or ``uncontended``
+            (``uncontended_latency_ms``, the quiet steps' median, where an attempt has it; an
+            attempt without it is judged on ``latency_ms`` and counts as contended, and when
+            more than half of an arm's successful attempts are contended the answer is
+            ``rerun``, reason ``contention``).
         **thresholds: any threshold setting by name (``min_valid_runs=10``); ``None`` means
             the default.
 
@@ -143,11 +158,11 @@ class Policy:
             registered methods do not judge, or a value out of its range.
     """
 
-    __slots__ = ("method", "mode", "objective", "margin", "alpha", "confidence", "_thresholds")
+    __slots__ = ("method", "mode", "objective", "margin", "alpha", "confidence", "latency", "_thresholds")
 
     def __init__(self, *, method: str = "seed", mode: str = "improvement", objective: str = "latency",
                  margin: float | None = None, alpha: float | None = None, confidence: float | None = None,
-                 **thresholds: Any):
+                 latency: str | None = None, **thresholds: Any):
         from ._registry import METHODS, OBJECTIVES, threshold_settings
 
         options = {"margin": margin, "alpha": alpha, "confidence": confidence}
@@ -158,6 +173,9 @@ class Policy:
             raise PolicyError(f"method must be one of {list(METHODS)}, got {method!r}")
         if mode not in MODES:
             raise PolicyError(f"mode must be one of {list(MODES)}, got {mode!r}")
+        latency = "raw" if latency is None else latency
+        if latency not in LATENCIES:
+            raise PolicyError(f"latency must be one of {list(LATENCIES)}, got {latency!r}")
         settings = threshold_settings()
         unknown = sorted(set(thresholds) - set(settings))
         if unknown:
@@ -171,6 +189,7 @@ class Policy:
         set_(self, "method", method)
         set_(self, "mode", mode)
         set_(self, "objective", objective)
+        set_(self, "latency", latency)
         for name, value in options.items():
             set_(self, name, value)
         set_(self, "_thresholds", MappingProxyType(values))
@@ -191,6 +210,11 @@ class Policy:
         """Every threshold by name, defaults filled in."""
         return self._thresholds
 
+    @property
+    def latency_key(self) -> str:
+        """The attempt record's key of the latency judged: ``latency_ms`` or ``uncontended_latency_ms``."""
+        return LATENCY_KEYS[self.latency]
+
     def spec_thresholds(self) -> dict:
         """The five arguments of ``evaluate_regression``."""
         return {setting.name: self._thresholds[setting.name] for setting in SPEC_THRESHOLDS}
@@ -205,7 +229,7 @@ class Policy:
     def options(self) -> dict:
         """Every constructor argument, as a dict (``Policy(**policy.options())`` is equal)."""
         return {"method": self.method, "mode": self.mode, "objective": self.objective, "margin": self.margin,
-                "alpha": self.alpha, "confidence": self.confidence, **self._thresholds}
+                "alpha": self.alpha, "confidence": self.confidence, "latency": self.latency, **self._thresholds}
 
     def replace(self, **changes: Any) -> "Policy":
         """A new, validated policy with ``changes`` applied."""

@@ -48,6 +48,8 @@ REASONS = MappingProxyType({
     "inconclusive": "the interval cannot yet tell whether the declared threshold is met",
     "run_invalid": "an attempt failed its correctness probe",
     "attempts_not_synced": "attempts of this group are still in the local journal, not in MLflow",
+    "contention": "more than half of an arm's successful attempts have no uncontended latency (more than half "
+                  "their steps waited for a CPU, or contention was not measured); run them on a quieter machine",
 })
 #: Headlines of the verdicts that do not depend on the objective (accept's comes from the objective).
 _HEADLINES = MappingProxyType({
@@ -162,6 +164,11 @@ class ArmSummary:
         pairs: the ABBA round of each successful attempt (``None`` where it was not recorded).
         values: for each objective metric asked for, the successful attempts' values.
         figures: per-metric summaries (``median_<m>``, ``p5_<m>``, ``p95_<m>``).
+        latency_key: the record key the latencies were read from: ``latency_ms`` (the
+            specification's), or ``uncontended_latency_ms`` (a policy's ``latency="uncontended"``).
+        contended_runs: with ``uncontended_latency_ms``, how many successful attempts lacked it
+            and are judged on their ``latency_ms`` instead (each still counts once); ``None``
+            with ``latency_ms``.
     """
 
     attempted_runs: int
@@ -177,15 +184,22 @@ class ArmSummary:
     pairs: tuple[int | None, ...] = ()
     values: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     figures: Mapping[str, float | None] = field(default_factory=dict)
+    latency_key: str = "latency_ms"
+    contended_runs: int | None = None
 
     @classmethod
-    def from_runs(cls, runs, metrics: Iterable[str] = ()) -> "ArmSummary":
+    def from_runs(cls, runs, metrics: Iterable[str] = (), latency_key: str = "latency_ms") -> "ArmSummary":
         """Summarise attempt records ``{"ok": bool, "latency_ms", "quality", "failure"}``.
 
         The specification's checks and errors, exactly: a record without a boolean ``ok`` is a
         ``ValueError``; a successful one without ``latency_ms`` or ``quality`` a ``KeyError``;
         a latency that is not finite and > 0, or a non-finite quality, a ``ValueError``.
         Each metric in ``metrics`` must then be on every successful record, finite and > 0.
+
+        With another ``latency_key`` (``uncontended_latency_ms``), each successful attempt's
+        latency is that key's value where the record has one (finite and > 0, else an
+        ``InputError``), else its ``latency_ms`` (counted in :attr:`contended_runs`). The
+        specification's functions always read ``latency_ms``.
         """
         if any(type(_ok_flag(run)) is not bool for run in runs):
             raise ValueError("every run must declare a boolean 'ok' (True or False)")
@@ -198,6 +212,13 @@ class ArmSummary:
         qualities = [run["quality"] for run in successful]
         if not all(check_finite(value, "latency_ms") and value > 0 for value in latencies):
             raise ValueError("latency_ms of a successful run must be a finite number > 0")
+        contended = None
+        if latency_key != "latency_ms":
+            chosen = [run.get(latency_key) for run in successful]
+            if not all(value is None or (check_finite(value, latency_key) and value > 0) for value in chosen):
+                raise InputError(f"{latency_key} of a successful run must be a finite number > 0")
+            contended = sum(value is None for value in chosen)
+            latencies = [raw if value is None else value for raw, value in zip(latencies, chosen)]
         if not all(check_finite(value, "quality") for value in qualities):
             raise ValueError("quality must be finite and scored by the same rule on every run")
         values, figures = {}, {}
@@ -223,10 +244,15 @@ class ArmSummary:
             pairs=tuple(_pair(run) for run in successful),
             values=_frozen(values),
             figures=_frozen(figures),
+            latency_key=latency_key,
+            contended_runs=contended,
         )
 
     def to_dict(self) -> dict:
-        """The specification's summary dict (plus the per-metric figures, when any)."""
+        """The specification's summary dict (plus the per-metric figures, when any, and
+        ``latency_key`` and ``contended_runs`` when the latencies are not ``latency_ms``)."""
+        judged = {} if self.contended_runs is None else {"latency_key": self.latency_key,
+                                                          "contended_runs": self.contended_runs}
         return {
             "attempted_runs": self.attempted_runs,
             "valid_runs": self.valid_runs,
@@ -237,6 +263,7 @@ class ArmSummary:
             "p95_ms": self.p95_ms,
             "quality": self.quality,
             **self.figures,
+            **judged,
         }
 
 

@@ -31,10 +31,17 @@ __all__ = ["AttemptDeferred", "AttemptRecorder", "StartedAttempt", "attempt", "c
 
 
 def entities(result: _Result) -> tuple[list[Metric], dict[str, str]]:
-    """The MLflow metrics (the step times as the ``step_time_ms`` history) and tags of a checked outcome."""
+    """The MLflow metrics and tags of a checked outcome.
+
+    The step times are the ``step_time_ms`` history and each of ``result.histories`` a history of
+    its own (``step_wait_share``, ...), a value's step its index (a ``None`` value is left out,
+    the others keep their index), so step ``i`` of every history is the same measured step.
+    """
     now = int(time.time() * 1000)
     metrics = [Metric(key, value, now, 0) for key, value in result.metrics.items()]
     metrics += [Metric(METRIC.STEP_TIME, value, now, step) for step, value in enumerate(result.step_times_ms)]
+    for key, values in result.histories.items():
+        metrics += [Metric(key, value, now, step) for step, value in enumerate(values) if value is not None]
     return metrics, result.result_tags()
 
 
@@ -59,6 +66,8 @@ def log_attempt(
     failure_detail: str | None = None,
     mem_status: str | None = None,
     pair: int | None = None,
+    histories: dict | None = None,
+    contention_status: str | None = None,
 ) -> str:
     """Log one attempt as one MLflow run: create (with its tags), one ``log_batch``, terminate.
 
@@ -93,6 +102,11 @@ def log_attempt(
             the marker, to fit a tag.
         mem_status: ``measured`` or ``estimated``: how ``peak_mem_mib`` was obtained.
         pair: the attempt's ABBA round (``perfgate.pair``), for the paired method.
+        histories: per-step metric histories beside ``step_times_ms``, name -> one finite
+            value per step (``None`` where a step has none), such as ``step_wait_share``; names
+            follow the extra metrics' rules and may not repeat one of them.
+        contention_status: ``measured`` or ``unavailable: <why>`` (``perfgate.contention_status``):
+            whether the kernel's contention figures among the metrics were read.
 
     Returns:
         The run id.
@@ -105,7 +119,7 @@ def log_attempt(
                             validity=validity, experiment_name=experiment_name, parent_run_id=parent_run_id,
                             attempt_id=attempt_id, metrics=metrics, step_times_ms=step_times_ms, tags=tags,
                             environment=environment, failure_detail=failure_detail, mem_status=mem_status,
-                            pair=pair)
+                            pair=pair, histories=histories, contention_status=contention_status)
     return log_checked(checked, journal=journal)
 
 
@@ -211,8 +225,9 @@ def write_payload(mlflow_client, payload: dict, run_id: str | None = None) -> st
         if parent:
             _check_parent(mlflow_client, parent, payload["group"])
         run_id = _create(mlflow_client, payload)
+    # Journal lines written before histories existed have none.
     result = _Result(ok=payload["ok"], metrics=payload["metrics"], step_times_ms=payload["step_times_ms"],
-                     tags=payload["tags"])
+                     tags=payload["tags"], histories=payload.get("histories") or {})
     metric_entities, result_tags = entities(result)
     try:
         _client.log_batch(mlflow_client, run_id, params=payload["params"], metrics=metric_entities, tags=result_tags)
@@ -245,7 +260,7 @@ class StartedAttempt:
 
     def finish(self, *, latency_ms=None, quality=None, ok: bool = True, failure=None, validity=None, metrics=None,
                step_times_ms=None, tags=None, environment: dict | None = None, failure_detail=None,
-               mem_status=None) -> str:
+               mem_status=None, histories=None, contention_status=None) -> str:
         """Write the outcome (the arguments of :func:`log_attempt`) onto the started run; its run id.
 
         ``environment`` adds or overrides fingerprint keys known only now (the threads measured).
@@ -255,11 +270,12 @@ class StartedAttempt:
         """
         result = _check_result(ok=ok, latency_ms=latency_ms, quality=quality, failure=failure, validity=validity,
                                metrics=metrics, step_times_ms=step_times_ms, tags=tags,
-                               failure_detail=failure_detail, mem_status=mem_status)
+                               failure_detail=failure_detail, mem_status=mem_status, histories=histories,
+                               contention_status=contention_status)
         env = {k: v for k, v in _creation_tags(self.payload["group"], self.payload["arm"], self.attempt_id, None,
                                                environment).items() if k.startswith(TAG.ENV_PREFIX)}
         payload = {**self.payload, "ok": result.ok, "metrics": result.metrics, "step_times_ms": result.step_times_ms,
-                   "tags": {**env, **result.tags}, "run_id": self.run_id}
+                   "histories": result.histories, "tags": {**env, **result.tags}, "run_id": self.run_id}
         return _send(payload, self.use_journal)
 
 

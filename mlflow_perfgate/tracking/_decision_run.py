@@ -26,7 +26,8 @@ __all__ = ["ARM_FIGURES", "decision_key", "decision_target", "figure_names", "re
            "verdict_name", "wait_for", "write_decision"]
 
 #: The per-arm figures every decision run logs, as ``<arm>_<figure>`` metrics.
-ARM_FIGURES = ("median_ms", "p95_ms", "failure_rate", "quality", "valid_runs", "failed_runs", "attempted_runs")
+ARM_FIGURES = ("median_ms", "p95_ms", "failure_rate", "quality", "valid_runs", "failed_runs", "attempted_runs",
+               "contended_runs")
 
 
 def _arm_figure_names() -> list[str]:
@@ -127,6 +128,7 @@ def _tags(result: dict, note: str) -> dict[str, str]:
         TAG.OBJECTIVE: result["objective"],
         TAG.METHOD: result["method"],
         TAG.MODE: result["mode"],
+        TAG.LATENCY: result.get("latency", "raw"),
         TAG.NOTE: _report.fit_note(note),
         TAG.DECISION_KEY: result["decision_key"],
         TAG.ATTEMPTS_JUDGED: str(len(result["run_ids"])),

@@ -40,7 +40,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
                    method: str = "seed", mode: str = "improvement", margin: float | None = None,
                    env_mismatch: str = "fail", alpha: float | None = None, confidence: float | None = None,
                    look: int | None = None, max_looks: int | None = None, dry_run: bool = False,
-                   policy: rules.Policy | None = None, **thresholds: Any) -> dict:
+                   policy: rules.Policy | None = None, latency: str | None = None, **thresholds: Any) -> dict:
     """Judge a group's attempts and log the decision run.
 
     Finds the attempts with one paginated search, then applies in order: correctness first
@@ -71,6 +71,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         dry_run: judge without writing anything (the interim looks of a sequential comparison).
         policy: a :class:`~mlflow_perfgate.rules.Policy` instead of the options above (its
             objective is used as given).
+        latency: ``raw`` (default: each attempt's ``latency_ms``) or ``uncontended`` (its
+            ``uncontended_latency_ms`` where it has one; see ``rules.Policy``).
         **thresholds: the specification's (``min_valid_runs``, ``min_improvement``,
             ``quality_tolerance``, ``maximum_failure_rate``, ``maximum_p95_ratio``) and the
             objectives' own (``min_memory_reduction``, ``maximum_latency_cost``).
@@ -97,7 +99,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         raise InputError(f"env_mismatch must be one of {list(ENV_MISMATCH_MODES)}, got {env_mismatch!r}")
     if policy is None:
         policy = rules.Policy(objective=objective or "latency", method=method, mode=mode, margin=margin,
-                              alpha=alpha, confidence=confidence, **thresholds)
+                              alpha=alpha, confidence=confidence, latency=latency, **thresholds)
         objective_given = objective is not None
     else:
         objective_given = True
@@ -125,7 +127,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     result["warnings"] += [f"journal line skipped: {line}" for line in _journal.skipped_lines()[:5]]
     result.update(
         group=group, experiment_id=experiment_id, thresholds=policy.objective_thresholds(),
-        objective=policy.objective, mode=policy.mode, method_asked=policy.method,
+        objective=policy.objective, mode=policy.mode, method_asked=policy.method, latency=policy.latency,
         changed_variable=change.variable, baseline_value=change.baseline_value,
         candidate_value=change.candidate_value, run_ids=[v.run_id for v in views],
         duplicate_run_ids=found.duplicates,

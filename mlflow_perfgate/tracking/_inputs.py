@@ -154,6 +154,9 @@ class _Result:
     metrics: dict[str, float] = field(default_factory=dict)
     step_times_ms: list[float] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
+    #: Per-step metric histories beyond ``step_time_ms`` (``step_wait_share``, ...): name -> one
+    #: value per step, ``None`` where a step has none (the step index is kept).
+    histories: dict[str, list[float | None]] = field(default_factory=dict)
 
     def result_tags(self) -> dict[str, str]:
         return {TAG.OK: "true" if self.ok else "false", **self.tags}
@@ -165,9 +168,30 @@ def _reserved(key: str, what: str) -> None:
                          "written by mlflow-perfgate and MLflow themselves; choose another name")
 
 
+def _check_histories(histories: Any, metrics: dict[str, float]) -> dict[str, list[float | None]]:
+    """Per-step histories: each key a metric name of its own, each value a list of finite numbers or ``None``."""
+    if histories is None:
+        return {}
+    if not isinstance(histories, dict):
+        raise InputError(f"histories must be a dict, got {type(histories).__name__}")
+    checked = {}
+    for key, values in histories.items():
+        _check_key(key, "history")
+        _reserved(key, "history")
+        if key in RESERVED_METRICS:
+            raise InputError(f"history {key!r} is the attempt's own field; pass it as {key}=... (step_times_ms "
+                             "for the step history), not among the histories")
+        if key in metrics:
+            raise InputError(f"history {key!r} is also given as a metric; MLflow would mix them into one series")
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+            raise InputError(f"history {key!r} must be a list of numbers, got {type(values).__name__}")
+        checked[key] = [None if value is None else _real(value, f"history {key!r}") for value in values]
+    return checked
+
+
 def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, validity: Any,
                   metrics: dict | None, step_times_ms: Any, tags: dict | None, failure_detail: Any = None,
-                  mem_status: Any = None) -> _Result:
+                  mem_status: Any = None, histories: Any = None, contention_status: Any = None) -> _Result:
     if type(ok) is not bool:
         raise InputError(f"ok must be True or False, got {ok!r}")
     result = _Result(ok=ok)
@@ -191,7 +215,8 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
         if key in RESERVED_METRICS:
             raise InputError(f"metric {key!r} is the attempt's own field; pass it as {key}=... (step_times_ms "
                              "for the step history), not among the extra metrics")
-        result.metrics[key] = _real(value, f"metric {key!r}")
+        result.metrics[key] = _real(value, f"metric {key!r}", positive=key == METRIC.UNCONTENDED_LATENCY)
+    result.histories = _check_histories(histories, result.metrics)
     if step_times_ms is not None:
         result.step_times_ms = [_real(v, "step_times_ms", positive=True) for v in step_times_ms]
     result.tags.update(_validity_tags(validity))
@@ -207,6 +232,11 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
         if mem_status not in ("measured", "estimated"):
             raise InputError(f"mem_status must be 'measured' or 'estimated', got {mem_status!r}")
         result.tags[TAG.MEM_STATUS] = mem_status
+    if contention_status is not None:  # the sampler's own text: "measured" or "unavailable: <why>"
+        if not isinstance(contention_status, str) or not (
+                contention_status == "measured" or contention_status.startswith("unavailable: ")):
+            raise InputError(f"contention_status must be 'measured' or 'unavailable: <why>', got {contention_status!r}")
+        result.tags[TAG.CONTENTION_STATUS] = clip(_check_text(contention_status, "contention_status", 10**9))
     return result
 
 
@@ -281,6 +311,7 @@ class CheckedAttempt:
             "experiment_name": self.experiment_name, "experiment_env": experiment_env, "params": self.params,
             "creation_tags": self.creation_tags, "ok": self.result.ok, "metrics": self.result.metrics,
             "step_times_ms": self.result.step_times_ms, "tags": self.result.tags,
+            "histories": self.result.histories,
         }
 
 
@@ -288,7 +319,8 @@ def check_attempt(group: Any, arm: Any, conditions: Any, *, latency_ms: Any = No
                   ok: Any = True, failure: Any = None, validity: Any = None, experiment_name: Any = None,
                   parent_run_id: Any = None, attempt_id: Any = None, metrics: Any = None, step_times_ms: Any = None,
                   tags: Any = None, environment: Any = None, failure_detail: Any = None,
-                  mem_status: Any = None, pair: Any = None) -> CheckedAttempt:
+                  mem_status: Any = None, pair: Any = None, histories: Any = None,
+                  contention_status: Any = None) -> CheckedAttempt:
     """Check every field of an attempt (the arguments of ``log_attempt``) without touching a store.
 
     Raises:
@@ -298,6 +330,6 @@ def check_attempt(group: Any, arm: Any, conditions: Any, *, latency_ms: Any = No
     params = _check_params(conditions)
     result = _check_result(ok=ok, latency_ms=latency_ms, quality=quality, failure=failure, validity=validity,
                            metrics=metrics, step_times_ms=step_times_ms, tags=tags, failure_detail=failure_detail,
-                           mem_status=mem_status)
+                           mem_status=mem_status, histories=histories, contention_status=contention_status)
     created = _creation_tags(group, arm, attempt_id, parent_run_id, environment, pair)
     return CheckedAttempt(group, arm, params, result, created, _check_experiment_name(experiment_name))

@@ -113,10 +113,17 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
                 "excluded_runs": [v.run_id for v in excluded]}, change
     decision = rules.judge(judged["baseline"], judged["candidate"], policy, look=look, max_looks=max_looks)
     result = decision.to_dict()
+    key = policy.latency_key
     flagged = {arm: [judged[arm][index] for index in indices] for arm, indices in result["contention"].items()}
     for arm, attempts in flagged.items():
-        warnings += [f"possible contention: {arm} attempt {record['run_id']} ({record['latency_ms']:.4g} ms) is far "
-                     "outside its arm's spread; it stays in every count" for record in attempts]
+        warnings += [f"possible contention: {arm} attempt {record['run_id']} "
+                     f"({record.get(key, record['latency_ms']):.4g} ms) is far outside its arm's spread; it stays "
+                     "in every count" for record in attempts]
+    for arm, summary in (("baseline", decision.baseline), ("candidate", decision.candidate)):
+        if summary.contended_runs:
+            warnings.append(f"{summary.contended_runs} of {summary.valid_runs} successful {arm} attempts have no "
+                            f"{key} (more than half their steps waited for a CPU, or contention was not measured): "
+                            "judged on their raw latency_ms")
     result["contention_runs"] = {arm: [record["run_id"] for record in attempts] for arm, attempts in flagged.items()}
     result["warnings"] = warnings
     result["excluded_runs"] = [v.run_id for v in excluded]

@@ -78,6 +78,11 @@ class TAG:
     FIRST_FAILURE = "perfgate.first_failure"
     REPRODUCIBLE = "perfgate.reproducible"
     MEM_STATUS = "perfgate.mem_status"
+    #: On an attempt: ``measured`` when the kernel's contention figures were read around every
+    #: measured step, ``unavailable: <why>`` where they cannot be (no /proc).
+    CONTENTION_STATUS = "perfgate.contention_status"
+    #: On a decision run: which latency the rules judged, ``raw`` or ``uncontended`` (the policy's).
+    LATENCY = "perfgate.latency"
     DECISION = "perfgate.decision"
     REASON = "perfgate.reason"
     FAILED_CHECKS = "perfgate.failed_checks"
@@ -100,6 +105,9 @@ class TAG:
     COMPARISON = "perfgate.comparison"
     #: An attempt's ABBA round in its comparison (an int): the paired method pairs the arms by it.
     PAIR = "perfgate.pair"
+    #: On a comparison run: ``attempts`` (ABBA attempts, each in its own child) or ``steps`` (both
+    #: arms in one child per round, their measured steps interleaved).
+    INTERLEAVE = "perfgate.interleave"
     #: ``host|boot id|pid|start ticks`` of the process that runs an attempt or a comparison.
     SUPERVISOR = "perfgate.supervisor"
     #: On a decision run: a digest of the attempts judged and the policy; racing evaluators of the
@@ -133,6 +141,20 @@ class METRIC:
     PEAK_MEM = "peak_mem_mib"
     THROUGHPUT = "throughput_tok_s"
     ATTEMPT_WALL = "attempt_wall_s"
+    #: The kernel's contention figures over an attempt's measured steps (``workloads._contention``).
+    RUNQ_WAIT = "runq_wait_ms"
+    CPU = "cpu_ms"
+    WAIT_SHARE = "wait_share"
+    NIVCSW = "nivcsw"
+    #: History: each measured step's run-queue wait over its wall time (steps as ``step_time_ms``).
+    STEP_WAIT_SHARE = "step_wait_share"
+    #: The median of the quiet measured steps (wait share at most the bound); absent when fewer
+    #: than half were quiet (a contended attempt) or not measured. What ``--latency uncontended`` judges.
+    UNCONTENDED_LATENCY = "uncontended_latency_ms"
+    UNCONTENDED_STEPS = "uncontended_steps"
+    #: History of a step-interleaved attempt: each measured step's position in its shared child's
+    #: sequence of both arms' steps (A B B A ...).
+    STEP_ORDER = "step_order"
 
 
 class PARAM:

@@ -9,6 +9,7 @@ from ._conditions import choice, flag, integer, number, shape
 from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
 from ._hardware import native_bf16
 from ._hf import HFWorkload, hf_workload
+from ._interleave import execute_interleaved, run_interleaved
 from ._interface import (
     BUILTIN_WORKLOADS,
     STAGES,
@@ -37,6 +38,7 @@ __all__ = sorted([
     "choice",
     "collect_memory_evidence",
     "collect_time_evidence",
+    "execute_interleaved",
     "flag",
     "fork_available",
     "hf_workload",
@@ -50,5 +52,6 @@ __all__ = sorted([
     "profile_operators",
     "resolve_workload",
     "run_attempt",
+    "run_interleaved",
     "shape",
 ])

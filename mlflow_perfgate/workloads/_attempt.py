@@ -110,6 +110,15 @@ class AttemptResult:
         step_wait_share: each step's wait over its wall time.
         step_cpu_ms: each step's CPU time.
         step_nivcsw: each step's involuntary context switches.
+        uncontended_latency_ms: the median of the measured steps whose wait share is at most
+            :data:`~._contention.CONTENTION_WAIT_SHARE_BOUND` (the quiet steps); ``None`` when
+            fewer than half the steps are quiet (a *contended* attempt), when the figures were
+            not measured, or when the attempt failed. ``latency_ms`` still counts every step.
+        uncontended_steps: how many measured steps were quiet (``None`` unless measured).
+        step_order: for a step-interleaved attempt (``execute_interleaved``), the position of
+            each of its measured steps in the shared child's sequence of both arms' measured
+            steps (A B B A ...: the leading arm's are 0, 3, 4, 7, ...), parallel to
+            ``step_times_ms``; ``None`` for an attempt that had its process to itself.
     """
 
     ok: bool
@@ -143,6 +152,9 @@ class AttemptResult:
     step_wait_share: tuple[float | None, ...] | None = None
     step_cpu_ms: tuple[float, ...] | None = None
     step_nivcsw: tuple[int, ...] | None = None
+    uncontended_latency_ms: float | None = None
+    uncontended_steps: int | None = None
+    step_order: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if type(self.ok) is not bool:
@@ -162,6 +174,7 @@ class AttemptResult:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not 0 <= value < math.inf):
                 raise ValueError(f"{name} must be a finite number >= 0 or None, got {value!r}")
+        self._check_interleaving_fields()
         status = self.contention_status
         if status is not None and status != "measured" and not str(status).startswith("unavailable: "):
             raise ValueError(f"contention_status must be None, 'measured' or 'unavailable: <why>', got {status!r}")
@@ -181,11 +194,30 @@ class AttemptResult:
         if self.runner not in _RUNNERS:
             raise ValueError(f"runner must be one of {list(_RUNNERS)}, got {self.runner!r}")
 
+    def _check_interleaving_fields(self) -> None:
+        """The quiet-step figures and the step order."""
+        value = self.uncontended_latency_ms
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value < math.inf):
+            raise ValueError(f"uncontended_latency_ms must be a finite number > 0 or None, got {value!r}")
+        count = self.uncontended_steps
+        if count is not None and (type(count) is not int or not 0 <= count <= len(self.step_times_ms)):
+            raise ValueError(f"uncontended_steps must be an integer in [0, {len(self.step_times_ms)}] or None, "
+                             f"got {count!r}")
+        if self.step_order is not None:
+            order = tuple(self.step_order)
+            if len(order) != len(self.step_times_ms):
+                raise ValueError(f"step_order must have one value per step ({len(self.step_times_ms)}), "
+                                 f"got {len(order)}")
+            if any(type(i) is not int or i < 0 for i in order) or any(a >= b for a, b in zip(order, order[1:])):
+                raise ValueError(f"step_order must be increasing integers >= 0, got {list(order)}")
+            object.__setattr__(self, "step_order", order)
+
     def to_dict(self) -> dict:
         """A JSON-ready dict of every field (``step_times_ms`` and the per-step lists as lists)."""
         result = dataclasses.asdict(self)
         result["step_times_ms"] = list(self.step_times_ms)
-        for name in _STEP_CONTENTION:
+        for name in (*_STEP_CONTENTION, "step_order"):
             if result[name] is not None:
                 result[name] = list(result[name])
         return result
@@ -325,7 +357,7 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
                         failure, detail = _describe_exception(error), _tail(traceback.format_exc())
     if failure is not None:
         # A failed attempt reports no headline figures: they would read as a valid sample.
-        for name in ("latency_ms", "quality", "throughput_tok_s"):
+        for name in ("latency_ms", "quality", "throughput_tok_s", "uncontended_latency_ms"):
             fields.pop(name, None)
     return AttemptResult(
         ok=failure is None,

@@ -14,13 +14,19 @@ import os
 import sys
 
 from ._attempt import execute_in_process, write_result
+from ._interleave import INTERLEAVED, run_interleaved_spec
 from ._wire import read_json
 
 __all__ = ["exit_now", "main", "run_spec"]
 
 
 def run_spec(spec: dict, result_path: str) -> int:
-    """Run the attempt ``spec`` here, write its result to ``result_path``; return the exit code."""
+    """Run the attempt ``spec`` here, write its result to ``result_path``; return the exit code.
+
+    A spec of kind ``interleaved`` is a step-interleaved pair of attempts (``_interleave``).
+    """
+    if spec.get("kind") == INTERLEAVED:
+        return run_interleaved_spec(spec, result_path)
     result = execute_in_process(
         spec["workload"], spec["conditions"], warmup=spec["warmup"], steps=spec["steps"],
         threads=spec["threads"], probe=spec["probe"], timeout_s=None,

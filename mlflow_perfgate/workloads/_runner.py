@@ -39,6 +39,7 @@ from ._attempt import (
 )
 from ._attempt import _tail as tail
 from ._interface import workload_target
+from ._interleave import run_pair
 from ._wire import FormatError, decode_line, encode_line
 
 __all__ = ["AttemptRunner", "ForkRunner", "RUNNER_KINDS", "SpawnRunner", "attempt_runner", "fork_available"]
@@ -97,6 +98,19 @@ class AttemptRunner:
         """
         raise NotImplementedError
 
+    def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
+                        warmup: int | None = None, steps: int | None = None, threads: int | None = None,
+                        probe: bool = True,
+                        timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
+        """Run one attempt of each arm in one supervised child, their measured steps interleaved
+        (``_interleave``); the arguments are :func:`run_interleaved`'s. A crash of the child fails both.
+
+        Raises:
+            ValueError: bad arguments, as :func:`run_interleaved` says.
+            NotImplementedError: a runner of another kind that does not run step-interleaved pairs.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not run step-interleaved attempts")
+
     def close(self) -> None:
         """Release what the runner holds. Safe to call twice."""
 
@@ -125,6 +139,13 @@ class SpawnRunner(AttemptRunner):
         spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps, threads=threads,
                             timeout_s=timeout_s, probe=probe, supervised=True)
         return dataclasses.replace(run_spawned(spec, float(timeout_s)), conditions=dict(conditions))
+
+    def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
+                        warmup: int | None = None, steps: int | None = None, threads: int | None = None,
+                        probe: bool = True,
+                        timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
+        return run_pair(run_spawned, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
+                        threads=threads, probe=probe, timeout_s=timeout_s, import_workload=True)
 
 
 class _ServerGone(Exception):
@@ -340,6 +361,17 @@ class ForkRunner(AttemptRunner):
         with self._lock:
             result = self._run_spec(spec, float(timeout_s))
         return dataclasses.replace(result, conditions=dict(conditions))
+
+    def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
+                        warmup: int | None = None, steps: int | None = None, threads: int | None = None,
+                        probe: bool = True,
+                        timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
+        def run_spec(spec: dict, limit: float) -> AttemptResult:
+            with self._lock:
+                return self._run_spec(spec, limit)
+
+        return run_pair(run_spec, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
+                        threads=threads, probe=probe, timeout_s=timeout_s, import_workload=False)
 
     def _run_spec(self, spec: dict, timeout_s: float) -> AttemptResult:
         started = time.perf_counter()

@@ -91,6 +91,7 @@ def time_steps(
     deadline: float | None = None,
     into: TimedSteps | None = None,
     sampler: ContentionSampler | None = None,
+    first_index: int = 0,
 ) -> TimedSteps:
     """Run ``step()`` ``count`` times, timing each call with ``time.perf_counter``.
 
@@ -110,6 +111,8 @@ def time_steps(
         into: samples to append to; a new :class:`TimedSteps` when ``None``.
         sampler: reads the kernel's contention figures around each step into
             ``samples.contention``; ``None`` samples nothing.
+        first_index: the number of the first step in failure messages (a loop resumed one step
+            at a time, as a step-interleaved attempt's is, counts on from its earlier steps).
 
     Returns:
         The samples, with ``failure`` set if a loss was non-finite or the deadline passed.
@@ -136,7 +139,7 @@ def time_steps(
         loss = to_float(result)
         if loss is not None and not math.isfinite(loss):
             samples.failure = "non_finite_loss"
-            samples.failure_detail = f"loss={loss!r} at {phase} step {index}"
+            samples.failure_detail = f"loss={loss!r} at {phase} step {first_index + index}"
             return samples
         samples.times_ms.append(elapsed_ms)
         samples.losses.append(loss)
@@ -144,6 +147,6 @@ def time_steps(
             samples.contention.append(sampler.delta(before, after, elapsed_ms, sample_cost * 1e6))
         if deadline is not None and time.perf_counter() > deadline:
             samples.failure = "timeout"
-            samples.failure_detail = f"deadline passed after {phase} step {index}"
+            samples.failure_detail = f"deadline passed after {phase} step {first_index + index}"
             return samples
     return samples

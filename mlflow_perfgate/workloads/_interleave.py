@@ -1,0 +1,379 @@
+"""Step-level interleaving: both arms of a comparison in one child, their measured steps alternating.
+
+Interleaving whole attempts (ABBA, ``interleave``) puts seconds between a baseline step and the
+candidate step it is compared with; a neighbour that starts or stops in between moves one arm
+and not the other. Here both arms live in one process: each workload is built once (the leading
+arm first), each runs its warm-up steps (both arms warmed, then measured), and then their
+measured steps alternate A B B A A B B A ..., so that the two arms see the same contention within
+a fraction of a second. The ABBA order within the child cancels a linear drift between the arms,
+as it does between attempts.
+
+One child gives one attempt per arm, each with its own result: its step times (and their
+positions in the shared sequence, ``step_order``), quality, memory record, correctness probe and
+the kernel's contention figures (read around each step, when only that arm's step runs). A
+failure of one arm (an exception or a non-finite loss in its step, a factory that refuses its
+conditions, a failing ``quality()``) fails that arm's attempt; the other arm goes on alone, its
+remaining steps back to back. A crash of the child (a signal, a timeout, an exit without
+results) fails both.
+
+Both arms must be able to live in one process: the same workload factory and the same device,
+and the same ``warmup`` and ``steps`` (the harness refuses a comparison whose changed variable is
+one of these before anything runs). On CUDA the two arms share one caching allocator, so a
+measured peak memory is the process's, both arms' together (the memory record says so).
+
+The child side is :func:`execute_interleaved`; supervised, it runs in a child of either runner
+(the spec's ``kind`` is ``interleaved``, see ``_child.run_spec``), which writes both results to
+the spec's ``pair_result`` file, then the leading arm's as the runner's usual result, so every way
+the child can end is read by the runner's own code (:func:`pair_results` turns it into two).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from ._attempt import (
+    DEFAULT_TIMEOUT_S,
+    AttemptResult,
+    _can_inspect,
+    _describe_exception,
+    _localise_non_finite,
+    _tail,
+    _timeout_reason,
+    interleave,
+    prepare_spec,
+    write_result,
+)
+from ._contention import ContentionSampler, summarize_steps
+from ._evidence import collect_memory_evidence
+from ._interface import device_of, make_workload
+from ._probe import probe_correctness
+from ._timing import TimedSteps, pinned_threads, time_steps
+from ._wire import FormatError, read_json, write_json_atomic
+
+__all__ = ["INTERLEAVED", "execute_interleaved", "pair_results", "prepare_interleaved_spec", "run_interleaved",
+           "run_interleaved_spec", "run_pair", "step_positions"]
+
+#: The spec ``kind`` of a step-interleaved child.
+INTERLEAVED = "interleaved"
+#: What the memory record of a step-interleaved arm on CUDA says about its measured peak.
+_SHARED_PEAK_NOTE = "measured in a step-interleaved child: the CUDA peak is the process's, both arms' together"
+
+
+def step_positions(steps: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The positions of each arm's measured steps in the shared sequence A B B A A B B A ...
+
+    Returns:
+        ``(leading arm's positions, other arm's positions)``: for 4 steps ``(0, 3, 4, 7)`` and
+        ``(1, 2, 5, 6)``.
+    """
+    order = interleave(steps, ("a", "b"))
+    return (tuple(i for i, arm in enumerate(order) if arm == "a"),
+            tuple(i for i, arm in enumerate(order) if arm == "b"))
+
+
+class _Arm:
+    """One arm's state in the shared child."""
+
+    def __init__(self, conditions: dict):
+        self.conditions = conditions
+        self.workload: Any = None
+        self.device = None
+        self.failure: str | None = None
+        self.detail: str | None = None
+        self.warm = TimedSteps()
+        self.measured = TimedSteps()
+        self.order: list[int] = []
+        self.fields: dict[str, Any] = {}
+        self.validity: dict | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.failure is None
+
+    def fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure, self.detail = _describe_exception(error), _tail(traceback.format_exc())
+
+    def stopped(self, samples: TimedSteps, steps: int, timeout_s: float | None) -> None:
+        """Turn a loop's early stop (a non-finite loss, the deadline) into this arm's failure."""
+        if samples.failure == "non_finite_loss":
+            self.failure, self.detail = "non_finite_loss", samples.failure_detail
+        elif samples.failure == "timeout" and len(self.measured.times_ms) < steps:
+            self.failure, self.detail = _timeout_reason(timeout_s), samples.failure_detail
+
+
+def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int, steps: int,
+                        threads: int | None, probe: bool,
+                        timeout_s: float | None) -> tuple[AttemptResult, AttemptResult]:
+    """Run one attempt of each arm here, their measured steps interleaved; every workload failure is data.
+
+    Arm A (``conditions_a``) leads: it is built first, warms up first and takes the first measured
+    step; the measured steps then go A B B A A B ... (:func:`step_positions`). Both arms share the
+    pinned thread count and the deadline (``timeout_s``, checked between steps; ``None`` when a
+    supervising runner enforces it). The contention sampler is shared too: the kernel's figures
+    are the process's, read around each step, when only one arm's step runs.
+
+    Returns:
+        ``(result of arm A, result of arm B)``, each as :func:`execute_in_process` would give it
+        (``supervised=False``), with ``step_order`` and the shared ``wall_s``.
+    """
+    started = time.perf_counter()
+    deadline = None if timeout_s is None else started + timeout_s
+    arms = (_Arm(dict(conditions_a)), _Arm(dict(conditions_b)))
+    with pinned_threads(threads) as torch_threads:
+        try:
+            for arm in arms:
+                try:
+                    arm.workload = make_workload(workload_name, arm.conditions)
+                except ValueError as error:
+                    arm.failure, arm.detail = f"invalid_conditions: {error}", _tail(traceback.format_exc())
+                    continue
+                except Exception as error:  # noqa: BLE001 - a failure of this arm, not of the other
+                    arm.fail(error)
+                    continue
+                try:
+                    arm.device = device_of(arm.workload)
+                    tokens = getattr(arm.workload, "tokens_per_step", None)
+                    arm.fields["tokens_per_step"] = int(tokens) if tokens else None
+                except Exception as error:  # noqa: BLE001
+                    arm.fail(error)
+            if all(arm.alive for arm in arms) and arms[0].device != arms[1].device:
+                for arm in arms:
+                    arm.failure = (f"invalid_conditions: step interleaving runs both arms in one process on one "
+                                   f"device; they are on {arms[0].device} and {arms[1].device}")
+            for arm in arms:
+                if arm.alive:
+                    try:
+                        time_steps(arm.workload.step, warmup, device=arm.device, phase="warmup", deadline=deadline,
+                                   into=arm.warm)
+                    except Exception as error:  # noqa: BLE001
+                        arm.fail(error)
+                    else:
+                        arm.stopped(arm.warm, steps, timeout_s)
+            _measure(arms, steps, deadline, timeout_s)
+            for arm in arms:
+                _finish_arm(arm, workload_name, probe)
+        finally:
+            for arm in arms:
+                if arm.workload is not None and callable(getattr(arm.workload, "close", None)):
+                    try:
+                        arm.workload.close()
+                    except Exception as error:  # noqa: BLE001
+                        arm.fail(error)
+    wall_s = time.perf_counter() - started
+    return tuple(_result(arm, workload_name, warmup, steps, torch_threads, wall_s) for arm in arms)
+
+
+def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeout_s: float | None) -> None:
+    """The measured steps, one at a time in the shared ABBA order; an arm that failed drops out."""
+    if not any(arm.alive for arm in arms):
+        return
+    with ContentionSampler(warn=False) as sampler:
+        for position, which in enumerate(interleave(steps, ("a", "b"))):
+            arm = arms[0 if which == "a" else 1]
+            if not arm.alive:
+                continue
+            done = len(arm.measured.times_ms)
+            try:
+                time_steps(arm.workload.step, 1, device=arm.device, deadline=deadline, into=arm.measured,
+                           sampler=sampler, first_index=done)
+            except Exception as error:  # noqa: BLE001 - this arm fails; the other goes on
+                arm.fail(error)
+                continue
+            if len(arm.measured.times_ms) > done:
+                arm.order.append(position)
+            arm.stopped(arm.measured, steps, timeout_s)
+
+
+def _finish_arm(arm: _Arm, workload_name: str, probe: bool) -> None:
+    """An arm's figures after the measured steps: latency, contention, quality, memory, the probe."""
+    measured, fields = arm.measured, arm.fields
+    fields["step_times_ms"] = measured.times_ms
+    fields["step_order"] = arm.order
+    fields.update(summarize_steps(measured.contention, measured.contention_status))
+    finite_losses = [loss for loss in measured.losses if loss is not None]
+    fields["final_loss"] = finite_losses[-1] if finite_losses else None
+    if arm.workload is None:
+        return
+    try:
+        if arm.alive:
+            fields["latency_ms"] = statistics.median(measured.times_ms)
+            quality = float(arm.workload.quality())
+            if not math.isfinite(quality):
+                arm.failure, arm.detail = "non_finite_quality", f"quality() returned {quality!r}"
+            else:
+                fields["quality"] = quality
+            tokens = fields.get("tokens_per_step")
+            if tokens:
+                fields["throughput_tok_s"] = tokens * 1e3 / fields["latency_ms"]
+            if _can_inspect(arm.workload):
+                memory = collect_memory_evidence(arm.workload)
+                if memory["status"] == "measured":
+                    memory = {**memory, "notes": [*memory.get("notes", []), _SHARED_PEAK_NOTE]}
+                fields["memory"] = memory
+                fields["peak_mem_mib"] = memory.get("unclamped_reserved_mib", memory["reserved_mib"])
+                fields["mem_status"] = memory["status"]
+        if probe and arm.alive and _can_inspect(arm.workload):
+            arm.validity = probe_correctness(arm.workload)
+        elif probe and arm.failure == "non_finite_loss" and _can_inspect(arm.workload):
+            good_steps = len(arm.warm.times_ms) + len(measured.times_ms)
+            arm.validity, note = _localise_non_finite(workload_name, arm.conditions, good_steps, arm.detail)
+            arm.detail = f"{arm.detail}; {note}" if note else arm.detail
+    except Exception as error:  # noqa: BLE001 - every workload failure is data
+        arm.fail(error)
+
+
+def _result(arm: _Arm, workload_name: str, warmup: int, steps: int, torch_threads: int,
+            wall_s: float) -> AttemptResult:
+    fields = dict(arm.fields)
+    if arm.failure is not None:
+        # A failed attempt reports no headline figures: they would read as a valid sample.
+        for name in ("latency_ms", "quality", "throughput_tok_s", "uncontended_latency_ms"):
+            fields.pop(name, None)
+    return AttemptResult(ok=arm.failure is None, failure=arm.failure, failure_detail=arm.detail,
+                         validity=arm.validity, torch_threads=torch_threads, wall_s=wall_s, workload=workload_name,
+                         conditions=dict(arm.conditions), warmup=warmup, steps=steps, supervised=False, **fields)
+
+
+def prepare_interleaved_spec(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int | None,
+                             steps: int | None, threads: int | None, timeout_s: float, probe: bool, supervised: bool,
+                             import_workload: bool = True) -> dict:
+    """Check the arguments of a step-interleaved pair of attempts and return the child's spec.
+
+    Each arm is checked as :func:`prepare_spec` checks an attempt; both must then resolve to the
+    same ``warmup`` and ``steps``.
+
+    Raises:
+        ValueError: as :func:`run_attempt` says, for either arm, or arms whose ``warmup`` or
+            ``steps`` differ.
+    """
+    arguments = dict(warmup=warmup, steps=steps, threads=threads, timeout_s=timeout_s, probe=probe,
+                     supervised=supervised, import_workload=import_workload)
+    first = prepare_spec(workload_name, conditions_a, **arguments)
+    second = prepare_spec(workload_name, conditions_b, **arguments)
+    for name in ("warmup", "steps"):
+        if first[name] != second[name]:
+            raise ValueError(f"step interleaving alternates the arms' steps one for one: both need the same {name}, "
+                             f"got {first[name]} and {second[name]}")
+    return {**first, "kind": INTERLEAVED, "other_conditions": second["conditions"]}
+
+
+def run_interleaved_spec(spec: dict, result_path: str) -> int:
+    """In a child: run both arms of ``spec``, write both results to ``spec['pair_result']``, then the
+    leading arm's to ``result_path`` (what the runner reads as any attempt's result); the exit code."""
+    results = execute_interleaved(spec["workload"], spec["conditions"], spec["other_conditions"],
+                                  warmup=spec["warmup"], steps=spec["steps"], threads=spec["threads"],
+                                  probe=spec["probe"], timeout_s=None)
+    write_json_atomic(spec["pair_result"], {"results": [result.to_dict() for result in results]})
+    write_result(result_path, results[0])
+    return 0
+
+
+def _read_pair(path: str) -> tuple[list[dict] | None, str | None]:
+    if not Path(path).exists():
+        return None, None
+    try:
+        results = read_json(path, "the interleaved results").get("results")
+        if not isinstance(results, list) or len(results) != 2 or not all(isinstance(r, dict) for r in results):
+            raise FormatError("the interleaved results are not a list of two result objects")
+    except (OSError, FormatError) as error:
+        return None, f"unreadable interleaved results ({error})"
+    return results, None
+
+
+def pair_results(lead: AttemptResult, pair_path: str, conditions_a: dict,
+                 conditions_b: dict) -> tuple[AttemptResult, AttemptResult]:
+    """The two arms' results of a supervised step-interleaved child, from the runner's result of it.
+
+    ``lead`` is what the runner made of the child's ending (its exit, a signal, a timeout, the
+    server's death), as for any attempt. When the child exited 0 and left both results, each arm
+    gets its own, with the runner's view of the child (``wall_s``, ``exitcode``, ``runner``);
+    otherwise the child's ending is both arms' failure.
+    """
+    base = {"workload": lead.workload, "warmup": lead.warmup, "steps": lead.steps, "supervised": True,
+            "wall_s": lead.wall_s, "exitcode": lead.exitcode, "runner": lead.runner}
+    payloads, note = _read_pair(pair_path) if lead.exitcode == 0 else (None, None)
+    pairs = ((conditions_a, 0), (conditions_b, 1))
+    if payloads is not None:
+        return tuple(AttemptResult.from_dict({**{k: v for k, v in payloads[i].items() if k != "conditions"}, **base,
+                                              "conditions": dict(conditions)}) for conditions, i in pairs)
+    failure = lead.failure if not lead.ok else "exited with code 0"
+    detail = lead.failure_detail if not lead.ok else "the child wrote no interleaved results"
+    if note:
+        detail = f"{note}\n{detail or ''}"
+    return tuple(AttemptResult(ok=False, failure=failure, failure_detail=detail, torch_threads=lead.torch_threads,
+                               conditions=dict(conditions), **base) for conditions, _ in pairs)
+
+
+def run_pair(run_spec: Callable[[dict, float], AttemptResult], workload_name: str, conditions_a: dict,
+             conditions_b: dict, *, warmup: int | None, steps: int | None, threads: int | None, probe: bool,
+             timeout_s: float, import_workload: bool) -> tuple[AttemptResult, AttemptResult]:
+    """A runner's step-interleaved pair: the spec, the runner's own way of running a child
+    (``run_spec(spec, timeout_s)``, its result the leading arm's), then :func:`pair_results`."""
+    spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
+                                    threads=threads, timeout_s=timeout_s, probe=probe, supervised=True,
+                                    import_workload=import_workload)
+    with tempfile.TemporaryDirectory(prefix="perfgate-interleaved-") as tmp:
+        spec["pair_result"] = str(Path(tmp) / "pair.json")
+        lead = run_spec(spec, float(timeout_s))
+        return pair_results(lead, spec["pair_result"], conditions_a, conditions_b)
+
+
+def run_interleaved(
+    workload_name: str,
+    conditions_a: dict,
+    conditions_b: dict,
+    *,
+    warmup: int | None = None,
+    steps: int | None = None,
+    threads: int | None = None,
+    supervised: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    probe: bool = True,
+    runner: Any = None,
+) -> tuple[AttemptResult, AttemptResult]:
+    """Run one attempt of each of two arms in one process, their measured steps interleaved A B B A ...
+
+    What :func:`run_attempt` is for one attempt, for a pair (see the module docstring): failures
+    are results, never exceptions; only bad arguments raise.
+
+    Args:
+        workload_name: the workload both arms build (``"tinylm"`` or ``"module:function"``).
+        conditions_a: the leading arm's conditions (built, warmed and measured first).
+        conditions_b: the other arm's.
+        warmup, steps, threads, probe: as for :func:`run_attempt`; ``warmup`` and ``steps`` must
+            resolve to the same counts for both arms.
+        supervised: run in a child process of its own (a crash there fails both attempts);
+            ``False`` runs here.
+        timeout_s: the wall-clock limit of the shared child (both arms: about twice one attempt).
+        runner: as for :func:`run_attempt`: an ``AttemptRunner`` or a kind (``None`` is ``spawn``).
+
+    Returns:
+        ``(result of arm A, result of arm B)``.
+
+    Raises:
+        ValueError: bad arguments, as :func:`run_attempt` says, or arms whose ``warmup`` or
+            ``steps`` differ.
+    """
+    arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe}
+    if not supervised:
+        if runner is not None:
+            raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
+        spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, supervised=False, **arguments)
+        return execute_interleaved(workload_name, conditions_a, conditions_b, warmup=spec["warmup"],
+                                   steps=spec["steps"], threads=spec["threads"], probe=probe, timeout_s=timeout_s)
+    from ._runner import AttemptRunner, attempt_runner, runner_kind
+
+    if isinstance(runner, AttemptRunner):
+        return runner.run_interleaved(workload_name, conditions_a, conditions_b, **arguments)
+    kind = runner_kind("spawn" if runner is None else runner)
+    prepare_interleaved_spec(workload_name, conditions_a, conditions_b, supervised=True,
+                             import_workload=kind == "spawn", **arguments)
+    with attempt_runner(kind) as owned:
+        return owned.run_interleaved(workload_name, conditions_a, conditions_b, **arguments)
