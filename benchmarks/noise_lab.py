@@ -1123,24 +1123,18 @@ def collect(args, runner, conditions: dict, calibration: dict, writer, lab_t0: f
 
 # --- HOOK: compare --interleave steps --------------------------------------------------------------
 #
-# ``compare --interleave steps`` (another engineer's branch) will run both arms' steps
-# interleaved inside one child. Whether sharing a process biases identical arms is for this
-# lab to measure. The hook runs when ``mlflow_perfgate.workloads`` exposes ``execute_interleaved``
-# (and says it skipped otherwise). Its call is assumed in ``_run_interleaved``: the one place to
-# adapt when the API lands.
+# ``compare --interleave steps`` runs both arms' steps interleaved inside one child
+# (``mlflow_perfgate.workloads.run_interleaved``). Whether sharing a process biases identical
+# arms is for this lab to measure: the hook runs identical arms that way under each condition.
 
-INTERLEAVE_API = "execute_interleaved"
+INTERLEAVE_API = "run_interleaved"
 
 
 def _run_interleaved(execute, conditions: dict, args, runner) -> tuple:
-    """ASSUMED CALL (adapt here): both arms in one child, steps interleaved; ``(baseline, candidate)`` results.
-
-    Assumes ``execute_interleaved(workload, [conditions_a, conditions_b], *, warmup, steps,
-    threads, timeout_s, probe, runner)`` returning two ``AttemptResult``s, one per arm.
-    """
-    results = execute(WORKLOAD, [conditions, conditions], warmup=args.warmup, steps=args.steps, threads=args.threads,
-                      timeout_s=args.timeout, probe=not args.no_probe, runner=runner)
-    baseline, candidate = results
+    """Both arms in one supervised child, steps interleaved A B B A ...; ``(baseline, candidate)`` results."""
+    baseline, candidate = execute(WORKLOAD, conditions, conditions, warmup=args.warmup, steps=args.steps,
+                                  threads=args.threads, timeout_s=args.timeout, probe=not args.no_probe,
+                                  supervised=True, runner=runner)
     return baseline, candidate
 
 
@@ -1157,8 +1151,9 @@ def interleave_hook(args, runner, conditions: dict, writer, lab_t0: float, seq: 
               "measured\n")
         return
     try:
-        inspect.signature(execute).bind(WORKLOAD, [conditions, conditions], warmup=args.warmup, steps=args.steps,
-                                        threads=args.threads, timeout_s=args.timeout, probe=True, runner=runner)
+        inspect.signature(execute).bind(WORKLOAD, conditions, conditions, warmup=args.warmup, steps=args.steps,
+                                        threads=args.threads, timeout_s=args.timeout, probe=True, supervised=True,
+                                        runner=runner)
     except TypeError as error:
         print(f"interleave steps: skipped: {INTERLEAVE_API}{inspect.signature(execute)} does not take the call this "
               f"hook assumes ({error}); adapt noise_lab._run_interleaved\n")

@@ -403,8 +403,9 @@ def test_interleave_hook_collects_and_reports_shared_process_rounds(monkeypatch,
 
     calls = []
 
-    def execute(workload, conditions, *, warmup, steps, threads, timeout_s, probe, runner):
-        calls.append((workload, conditions))
+    def execute(workload, conditions_a, conditions_b, *, warmup, steps, threads, timeout_s, probe, supervised,
+                runner):
+        calls.append((workload, (conditions_a, conditions_b)))
         first = dict(vars(_Result))
         return (type("R", (), first)(), type("R", (), {**first, "latency_ms": 12.5 * (1 + 0.01 * len(calls))})())
 
