@@ -71,15 +71,20 @@ class AttemptResult:
             ``invalid_conditions: <message>`` (the factory rejected a condition),
             ``non_finite_loss``, ``non_finite_quality``, ``timeout after <s>s``,
             ``out_of_memory: <Type>: <message>``, ``killed by signal <NAME>``,
-            ``exited with code <n>`` or ``attempt server died: <how>`` (the fork runner's
-            server ended while the attempt was in flight). ``None`` when ok.
+            ``exited with code <n>``, ``exited: sys.exit(<code>) inside the workload`` (a
+            ``SystemExit`` raised by the workload's code: in-process it must not end the
+            caller) or ``attempt server died: <how>`` (the fork runner's server ended while
+            the attempt was in flight). ``None`` when ok.
         failure_detail: context for the failure (the step, a traceback, the child's log tail).
         latency_ms: median of ``step_times_ms``.
         step_times_ms: wall time of each measured step (``time.perf_counter``, CUDA synchronised
             inside the clock); the steps completed so far when the attempt failed.
         quality: the workload's quality after the measured steps.
         validity: the correctness record of :func:`probe_correctness`, or ``None`` when not probed.
-        torch_threads: torch's intra-op thread count during the attempt.
+        torch_threads: torch's intra-op thread count as measured during the attempt
+            (``torch.get_num_threads()`` after each measured step; the count most of them ran
+            with when it changed; read at the attempt's end when no measured step ran). For a
+            child that ended without a result, nothing was measured: the count requested.
         peak_mem_mib: the memory record's ``reserved_mib``.
         mem_status: ``'measured'`` (CUDA), ``'estimated'`` (CPU), or ``None`` when not collected.
         throughput_tok_s: ``tokens_per_step`` per median step, when the workload gives tokens.
@@ -110,6 +115,10 @@ class AttemptResult:
         step_wait_share: each step's wait over its wall time.
         step_cpu_ms: each step's CPU time.
         step_nivcsw: each step's involuntary context switches.
+        threads_requested: the thread count the attempt pinned (``threads``, else the caller's).
+        threads_note: ``None`` when every measured step ran with ``threads_requested``; else
+            what was measured (the workload changed the count, say with
+            ``torch.set_num_threads``): ``torch_threads`` is then not the requested count.
     """
 
     ok: bool
@@ -143,6 +152,8 @@ class AttemptResult:
     step_wait_share: tuple[float | None, ...] | None = None
     step_cpu_ms: tuple[float, ...] | None = None
     step_nivcsw: tuple[int, ...] | None = None
+    threads_requested: int | None = None
+    threads_note: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.ok) is not bool:
@@ -259,7 +270,10 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
                        threads: int | None, probe: bool, timeout_s: float | None) -> AttemptResult:
     """Run the attempt here and now; every failure of the workload becomes the result.
 
-    The body of both modes: the child process of a supervised attempt calls it too.
+    The body of both modes: the child process of a supervised attempt calls it too. Whatever
+    stops the attempt (an exception in a step, ``quality()``, the memory estimate or the probe,
+    a ``sys.exit``), the measured steps completed before it are kept in the result, with their
+    contention figures. ``KeyboardInterrupt`` is not the workload's failure: it propagates.
     """
     started = time.perf_counter()
     deadline = None if timeout_s is None else started + timeout_s
@@ -267,7 +281,8 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
     failure = detail = None
     validity = None
     workload = None
-    with pinned_threads(threads) as torch_threads:
+    measured = TimedSteps()
+    with pinned_threads(threads) as requested_threads:
         try:
             try:
                 workload = make_workload(workload_name, conditions)
@@ -277,14 +292,11 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
             tokens = getattr(workload, "tokens_per_step", None)
             fields["tokens_per_step"] = int(tokens) if tokens else None
             warm = time_steps(workload.step, warmup, device=device, phase="warmup", deadline=deadline)
-            measured = TimedSteps()
             if warm.failure is None:
                 with ContentionSampler(warn=False) as sampler:
                     time_steps(workload.step, steps, device=device, deadline=deadline, into=measured,
                                sampler=sampler)
             stopped = warm if warm.failure else measured
-            fields["step_times_ms"] = measured.times_ms
-            fields.update(summarize_steps(measured.contention, measured.contention_status))
             finite_losses = [loss for loss in measured.losses if loss is not None]
             fields["final_loss"] = finite_losses[-1] if finite_losses else None
             if stopped.failure == "timeout" and len(measured.times_ms) < steps:
@@ -314,15 +326,26 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
         except _InvalidConditions as error:
             failure = f"invalid_conditions: {error.__cause__}"
             detail = _tail(traceback.format_exc())
+        except SystemExit as error:
+            failure, detail = _exit_reason(error), _tail(traceback.format_exc())
         except Exception as error:  # noqa: BLE001 - every workload failure is data, not a crash
             failure, detail = _describe_exception(error), _tail(traceback.format_exc())
         finally:
             if workload is not None and callable(getattr(workload, "close", None)):
                 try:
                     workload.close()
+                except SystemExit as error:
+                    if failure is None:
+                        failure, detail = _exit_reason(error), _tail(traceback.format_exc())
                 except Exception as error:  # noqa: BLE001
                     if failure is None:
                         failure, detail = _describe_exception(error), _tail(traceback.format_exc())
+            # Read while the pin holds: a workload that changed the count changed it here.
+            fields.update(measured_threads(measured.threads, requested_threads, torch.get_num_threads()))
+    # The steps completed before any failure, with their contention figures, are the result's
+    # too: a failed attempt keeps its history (AttemptResult.step_times_ms).
+    fields["step_times_ms"] = measured.times_ms
+    fields.update(summarize_steps(measured.contention, measured.contention_status))
     if failure is not None:
         # A failed attempt reports no headline figures: they would read as a valid sample.
         for name in ("latency_ms", "quality", "throughput_tok_s"):
@@ -332,7 +355,6 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
         failure=failure,
         failure_detail=detail,
         validity=validity,
-        torch_threads=torch_threads,
         wall_s=time.perf_counter() - started,
         workload=workload_name,
         conditions=dict(conditions),
@@ -341,6 +363,47 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
         supervised=False,
         **fields,
     )
+
+
+def _exit_reason(error: SystemExit) -> str:
+    return f"exited: sys.exit({error.code!r}) inside the workload"
+
+
+def describe_failure(error: BaseException) -> str:
+    """The failure reason of an exception or a ``SystemExit`` raised by the workload's code."""
+    return _exit_reason(error) if isinstance(error, SystemExit) else _describe_exception(error)
+
+
+def failed_before_start(spec: dict, error: BaseException) -> AttemptResult:
+    """The result of an attempt whose workload module raised while a child imported it (call in ``except``)."""
+    return AttemptResult(ok=False, failure=describe_failure(error), failure_detail=_tail(traceback.format_exc()),
+                         torch_threads=spec["threads"], threads_requested=spec["threads"], workload=spec["workload"],
+                         conditions=dict(spec["conditions"]), warmup=spec["warmup"], steps=spec["steps"])
+
+
+def measured_threads(per_step: list[int], requested: int, at_end: int) -> dict:
+    """``torch_threads``, ``threads_requested`` and ``threads_note`` from the counts read after each step.
+
+    Args:
+        per_step: ``torch.get_num_threads()`` after each measured step (``TimedSteps.threads``).
+        requested: the count the attempt pinned.
+        at_end: the count at the attempt's end, used when no measured step ran.
+
+    Returns:
+        The three ``AttemptResult`` fields: the measured count (the one most steps ran with,
+        the later one on a tie), the requested one, and a note when they differ.
+    """
+    seen = list(per_step) or [at_end]
+    counts = {count: seen.count(count) for count in seen}
+    measured = max(reversed(seen), key=lambda count: counts[count])
+    note = None
+    if any(count != requested for count in seen):
+        where = "after the measured steps" if per_step else "at the end of the attempt (no measured step ran)"
+        found = ", ".join(f"{count} ({n} step{'s' if n != 1 else ''})" if per_step else str(count)
+                          for count, n in counts.items())
+        note = (f"torch's intra-op thread count was pinned to {requested} but measured {found} {where}: "
+                f"the workload changed it (torch.set_num_threads?); recorded as {measured}")
+    return {"torch_threads": measured, "threads_requested": requested, "threads_note": note}
 
 
 def _localise_non_finite(workload_name: str, conditions: dict, good_steps: int,
@@ -363,8 +426,8 @@ def _localise_non_finite(workload_name: str, conditions: dict, good_steps: int,
         for _ in range(good_steps):
             replayed.step()
         record = probe_correctness(replayed, batch=replayed.next_batch())
-    except Exception as error:  # noqa: BLE001 - the attempt has failed already; say why this did too
-        return None, f"replaying for the probe failed: {_describe_exception(error)}"
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - the attempt has failed already; say why this did too
+        return None, f"replaying for the probe failed: {describe_failure(error)}"
     finally:
         if replayed is not None and callable(getattr(replayed, "close", None)):
             replayed.close()
@@ -511,6 +574,7 @@ def result_of_ending(spec: dict, *, timeout_s: float, runner: str, wall_s: float
         "wall_s": wall_s,
         "exitcode": exitcode,
         "runner": runner,
+        "threads_requested": spec["threads"],
     }
     if timed_out:
         return AttemptResult(ok=False, failure=_timeout_reason(timeout_s), failure_detail=log_tail or None,
