@@ -220,17 +220,29 @@ def compare(
     if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
         raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
 
-    group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    held = group_state(group, experiment_name=experiment_name)
-    if held["attempts"] and not resume:
-        raise InputError(
-            f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
-            "comparison's attempts to them, or choose another --group")
-    if resume and held["comparison_run_id"]:
-        comparison_id = held["comparison_run_id"]
-    else:
-        comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
-                                         workload=workload, parent_run_id=parent_run_id)
+    # One runner for the whole comparison: with fork, one warm server for all its attempts.
+    owned = supervised and not isinstance(runner, AttemptRunner)
+    active = runner if supervised and not owned else None
+    if owned:
+        active = attempt_runner(runner, workload=workload)
+    try:
+        _check_workload(workload, active, timeout_s)  # before anything is written
+        group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        held = group_state(group, experiment_name=experiment_name)
+        if held["attempts"] and not resume:
+            raise InputError(
+                f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
+                "comparison's attempts to them, or choose another --group")
+        if resume and held["comparison_run_id"]:
+            comparison_id = held["comparison_run_id"]
+        else:
+            comparison_id = start_comparison(group, base, variable, objective=objective,
+                                             experiment_name=experiment_name, workload=workload,
+                                             parent_run_id=parent_run_id)
+    except BaseException:
+        if owned:
+            active.close()
+        raise
     arms = {"baseline": base, "candidate": candidate}
     next_pair = held["next_pair"]
     deferred: list[str] = []  # attempts kept in the journal while the server was down
@@ -251,12 +263,7 @@ def compare(
             bar.update(1)
         next_pair += len(order) // 2
 
-    # One runner for the whole comparison: with fork, one warm server for all its attempts.
-    owned = supervised and not isinstance(runner, AttemptRunner)
-    active = runner if supervised and not owned else None
     try:
-        if owned:
-            active = attempt_runner(runner, workload=workload)
         with _terminate_as_exception(), tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt",
                                              disable=not progress, file=sys.stderr) as bar:
             run_block(interleave(attempts), bar)
@@ -292,6 +299,32 @@ def compare(
             active.close()
     result["comparison_run_id"] = comparison_id
     return result
+
+
+def _check_workload(workload: str, runner: Any, timeout_s: float) -> None:
+    """Refuse a workload whose name does not resolve, found where its code may run.
+
+    Supervised, in one of the runner's children (the fork runner's server imports the module
+    under supervision; the spawn runner starts a child for it): the module's code never runs
+    here. In-process (``runner`` is ``None``) the attempts run it here anyway. An import that
+    crashes, hangs or raises otherwise is not refused: each attempt then fails, saying why.
+
+    Raises:
+        InputError: no such module, an ``ImportError`` in it, or no such factory.
+    """
+    from .workloads import resolve_workload
+
+    note = None
+    try:
+        if runner is None:
+            resolve_workload(workload)
+        else:
+            note = runner.check(workload, timeout_s=timeout_s)
+    except ValueError as exc:
+        raise InputError(f"{exc}; nothing was run or logged") from None
+    if note:
+        print(f"warning: workload {workload!r} failed to import in a child ({note.splitlines()[0]}); "
+              "its attempts will fail", file=sys.stderr)
 
 
 def _max_looks(attempts: int, max_attempts: int | None) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from .._contain import kill_tree
 from ..rules import validate_validity_report
 from ._conditions import parse_int
 from ._contention import ContentionSampler, summarize_steps
@@ -56,6 +57,7 @@ _MEM_STATUSES = (None, "measured", "estimated")
 _STEP_CONTENTION = ("step_wait_ms", "step_wait_share", "step_cpu_ms", "step_nivcsw")
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
 _CHILD_MODULE = "mlflow_perfgate.workloads._child"
+_CONTAIN_MODULE = "mlflow_perfgate._contain"
 _RUNNERS = (None, "fork", "spawn")
 
 
@@ -468,13 +470,15 @@ def _resolve_count(name: str, given: int | None, conditions: dict, default: int,
 
 def prepare_spec(workload_name: str, conditions: dict, *, warmup: int | None, steps: int | None,
                  threads: int | None, timeout_s: float, probe: bool, supervised: bool,
-                 import_workload: bool = True) -> dict:
+                 import_workload: bool = False) -> dict:
     """Check the arguments of an attempt and return its spec (what a child needs to run it).
 
     Args:
-        import_workload: find the factory here, importing its module (in-process attempts and
-            the spawn runner). ``False`` checks only the name's form: the fork runner's server
-            imports the module, under supervision.
+        import_workload: find the factory here, importing its module: only for an in-process
+            attempt, which runs the module's code here anyway. ``False`` (supervised attempts)
+            checks only the name's form: the module's code runs in children only (the fork
+            runner's server imports it under supervision; a spawned child resolves it first
+            and refuses a name that does not resolve).
 
     Raises:
         ValueError: see :func:`run_attempt`.
@@ -526,6 +530,17 @@ def kill_group(pgid: int) -> None:
         pass
 
 
+def end_child(pid: int) -> None:
+    """End a supervised child and everything below it: its descendants in sessions of their own too.
+
+    The child is a subreaper (``_contain``), so while it lives every process it started, even
+    one that left its process group and was orphaned, is still in its tree; the tree is
+    stopped, then killed, then the child's process group.
+    """
+    kill_tree(pid, include_root=True)
+    kill_group(pid)
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -538,12 +553,22 @@ def exit_reason(exitcode: int) -> str:
     return f"killed by signal {signal_name(-exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
 
 
+class WorkloadRefused(ValueError):
+    """A supervised child found that the workload's name does not resolve (no such module or factory)."""
+
+
 def read_payload(result_path: Path) -> tuple[dict | None, str | None]:
-    """The result a child wrote, or ``None`` and why it cannot be used (``None`` when absent)."""
+    """The result a child wrote, or ``None`` and why it cannot be used (``None`` when absent).
+
+    Raises:
+        WorkloadRefused: the child wrote a refusal instead (:func:`write_refusal`).
+    """
     if not result_path.exists():
         return None, None
     try:
         stored = read_json(result_path, "the attempt result")
+        if "refused" in stored:
+            raise WorkloadRefused(str(stored["refused"]))
         payload = stored.get("result")
         if not isinstance(payload, dict):
             raise FormatError("the attempt result has no 'result' object")
@@ -555,6 +580,11 @@ def read_payload(result_path: Path) -> tuple[dict | None, str | None]:
 def write_result(result_path: str | os.PathLike, result: AttemptResult) -> None:
     """Write a child's result for :func:`read_payload` (atomically)."""
     write_json_atomic(result_path, {"result": result.to_dict()})
+
+
+def write_refusal(result_path: str | os.PathLike, message: str) -> None:
+    """Write, instead of a result, that the workload's name does not resolve (:class:`WorkloadRefused`)."""
+    write_json_atomic(result_path, {"refused": message})
 
 
 def result_of_ending(spec: dict, *, timeout_s: float, runner: str, wall_s: float, exitcode: int | None,
@@ -594,42 +624,70 @@ def result_of_ending(spec: dict, *, timeout_s: float, runner: str, wall_s: float
     return AttemptResult.from_dict({**payload, **base})
 
 
-def run_spawned(spec: dict, timeout_s: float) -> AttemptResult:
-    """The spawn runner: a fresh ``python -m mlflow_perfgate.workloads._child`` for the attempt."""
+@dataclass
+class Spawned:
+    """How a spawned, contained child ended (:func:`spawn_contained`)."""
+
+    exitcode: int
+    timed_out: bool
+    wall_s: float
+    log_tail: str
+
+
+def spawn_contained(spec: dict, result_path: Path, timeout_s: float, log_path: Path) -> Spawned:
+    """Run ``python -m mlflow_perfgate.workloads._child SPEC RESULT`` for ``spec``, contained.
+
+    The child starts under ``python -m mlflow_perfgate._contain keep``: a keeper with a
+    parent-death signal towards this process and a subreaper, which runs the child (itself a
+    subreaper, with a parent-death ``SIGKILL``), ends whatever it left and exits as it did. On
+    a timeout or an interrupt here, the whole tree is stopped and killed (:func:`end_child`).
+    """
     started = time.perf_counter()
+    spec_path = result_path.with_name("spec.json")
+    write_json_atomic(spec_path, {"spec": spec})
+    command = [sys.executable, "-m", _CONTAIN_MODULE, "keep", str(os.getpid()), _CHILD_MODULE,
+               str(spec_path), str(result_path)]
+    timed_out = False
+    with open(log_path, "wb") as log:
+        # A session of its own makes the child a process-group leader, so one killpg also
+        # ends the workers it forked.
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, env=child_env(),
+                                   start_new_session=True)
+        try:
+            exitcode = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            end_child(process.pid)
+            exitcode = process.wait()
+        except BaseException:
+            end_child(process.pid)
+            process.wait()
+            raise
+        finally:
+            # Workers orphaned by a crashed child would otherwise outlive the attempt.
+            kill_group(process.pid)
+    return Spawned(exitcode=exitcode, timed_out=timed_out, wall_s=time.perf_counter() - started,
+                   log_tail=_tail(log_path.read_text(errors="replace")))
+
+
+def run_spawned(spec: dict, timeout_s: float) -> AttemptResult:
+    """The spawn runner: a fresh, contained ``python -m mlflow_perfgate.workloads._child`` for the attempt.
+
+    Raises:
+        WorkloadRefused: the child found that the workload's name does not resolve.
+    """
     with tempfile.TemporaryDirectory(prefix="perfgate-attempt-") as tmp:
-        spec_path, result_path, log_path = (Path(tmp) / n for n in ("spec.json", "result.json", "child.log"))
-        write_json_atomic(spec_path, {"spec": spec})
-        command = [sys.executable, "-m", _CHILD_MODULE, str(spec_path), str(result_path)]
-        timed_out = False
-        with open(log_path, "wb") as log:
-            # A session of its own makes the child a process-group leader, so one killpg also
-            # ends the workers it forked.
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, env=child_env(),
-                                       start_new_session=True)
-            try:
-                exitcode = process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                kill_group(process.pid)
-                exitcode = process.wait()
-            except BaseException:
-                kill_group(process.pid)
-                process.wait()
-                raise
-            finally:
-                # Workers orphaned by a crashed child would otherwise outlive the attempt.
-                kill_group(process.pid)
-        wall_s = time.perf_counter() - started
-        log_tail = _tail(log_path.read_text(errors="replace"))
-        payload = None
-        if not timed_out:
+        result_path = Path(tmp) / "result.json"
+        ended = spawn_contained(spec, result_path, timeout_s, Path(tmp) / "child.log")
+        log_tail, payload = ended.log_tail, None
+        if not ended.timed_out:
             payload, note = read_payload(result_path)
             if note:
                 log_tail = f"{note}\n{log_tail}"
-    return result_of_ending(spec, timeout_s=timeout_s, runner="spawn", wall_s=wall_s, exitcode=exitcode,
-                            timed_out=timed_out, payload=payload, log_tail=log_tail)
+    return result_of_ending(spec, timeout_s=timeout_s, runner="spawn", wall_s=ended.wall_s,
+                            exitcode=ended.exitcode, timed_out=ended.timed_out, payload=payload,
+                            log_tail=log_tail)
 
 
 def run_attempt(
@@ -685,7 +743,7 @@ def run_attempt(
     if not supervised:
         if runner is not None:
             raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
-        spec = prepare_spec(workload_name, conditions, supervised=False, **arguments)
+        spec = prepare_spec(workload_name, conditions, supervised=False, import_workload=True, **arguments)
         return execute_in_process(spec["workload"], conditions, warmup=spec["warmup"], steps=spec["steps"],
                                   threads=spec["threads"], probe=probe, timeout_s=timeout_s)
     from ._runner import AttemptRunner, attempt_runner, runner_kind
@@ -693,7 +751,8 @@ def run_attempt(
     if isinstance(runner, AttemptRunner):
         return runner.run(workload_name, conditions, **arguments)
     kind = runner_kind("spawn" if runner is None else runner)
-    # Bad arguments raise before any process starts.
-    prepare_spec(workload_name, conditions, supervised=True, import_workload=kind == "spawn", **arguments)
+    # Bad arguments raise before any process starts; the workload's module is imported in
+    # children only (a name that does not resolve is refused by the child, as ValueError).
+    prepare_spec(workload_name, conditions, supervised=True, **arguments)
     with attempt_runner(kind) as owned:
         return owned.run(workload_name, conditions, **arguments)
