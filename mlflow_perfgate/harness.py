@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -437,50 +438,63 @@ def diagnose(
     capacity_alert_ratio: float = 0.90,
     hotspot_alert_share_pct: float = 40.0,
     parent_run_id: str | None = None,
+    supervised: bool = True,
+    timeout_s: float = 300.0,
+    threads: int | None = None,
 ) -> dict:
     """Evidence -> hypothesis -> single-variable plan, logged as a diagnosis run.
 
-    Builds the workload in this process, runs the correctness probe, times its non-overlapping
-    stages (time evidence), estimates or measures its memory (memory evidence), profiles a few
-    steps (operator table and trace), then ``synthesize_evidence`` and
-    ``design_single_variable_experiment`` with the change :func:`candidate_change_for` draws
-    from the hypothesis.
+    Collects the evidence supervised, as an attempt runs (``workloads.run_diagnosis``: a
+    spawned, contained child under ``timeout_s`` and ``threads``): it builds the workload, runs
+    the correctness probe, times its non-overlapping stages (time evidence), estimates or
+    measures its memory (memory evidence) and profiles a few steps (operator table and trace).
+    Then ``synthesize_evidence`` and ``design_single_variable_experiment`` with the change
+    :func:`candidate_change_for` draws from the hypothesis.
+
+    Args:
+        supervised: collect in a child process (the default); ``False`` collects here.
+        timeout_s: wall-clock limit of the collection (supervised), seconds.
+        threads: torch threads during the collection (default: the current count).
 
     Returns:
         ``{"bundle", "synthesis", "plan", "objective", "diagnosis_run_id", "command"}``.
+
+    Raises:
+        InputError: the workload's name does not resolve (nothing is logged).
+        WorkloadFailed: the workload crashed, hung, exited or raised while its evidence was
+            collected; a FAILED diagnosis run says why (``run_id``).
     """
-    from .tracking import log_diagnosis, run_url
-    from .workloads import (collect_memory_evidence, collect_time_evidence, make_workload, probe_correctness,
-                            profile_operators)
+    from .errors import WorkloadFailed
+    from .tracking import log_diagnosis, log_failed_diagnosis, run_url
+    from .workloads import run_diagnosis
 
     base = _base_conditions(workload, conditions, attempts)
-    instance = make_workload(workload, base)
-    files: dict = {}
     tmp = tempfile.mkdtemp(prefix="perfgate-diagnose-")
     try:
-        validity = probe_correctness(instance)
-        bundle: dict = {"validity": validity}
-        if validity["run_valid"]:
-            bundle["time"] = collect_time_evidence(instance, steps=steps)
-            bundle["memory"] = collect_memory_evidence(instance, capacity_mib=capacity_mib)
-            if profile:
-                files = profile_operators(instance, tmp, steps=min(steps, 3))
-    finally:
-        close = getattr(instance, "close", None)
-        if callable(close):
-            close()
-    synthesis = rules.synthesize_evidence(bundle, capacity_alert_ratio=capacity_alert_ratio,
-                                          hotspot_alert_share_pct=hotspot_alert_share_pct)
-    change = candidate_change_for(synthesis, base)
-    plan = rules.design_single_variable_experiment(synthesis, base, change)
-    objective = rules.objective_for_signal(synthesis.get("primary_signal", "none"))
-    run_id = log_diagnosis(bundle, synthesis, plan, experiment_name=experiment_name, files=files,
-                           objective=objective, workload=workload, parent_run_id=parent_run_id)
-    for path in files.values():
         try:
-            os.remove(path)
-        except OSError:
-            pass
+            evidence = run_diagnosis(workload, base, out_dir=tmp, steps=steps, capacity_mib=capacity_mib,
+                                     profile=profile, threads=threads, timeout_s=timeout_s, supervised=supervised)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        if not evidence.ok:
+            run_id = log_failed_diagnosis(evidence.failure, evidence.failure_detail, base,
+                                          experiment_name=experiment_name, workload=workload,
+                                          parent_run_id=parent_run_id)
+            raise WorkloadFailed(f"diagnosis failed: {evidence.failure}, while the workload's evidence was collected "
+                                 f"(FAILED diagnosis run {run_id})", run_id=run_id)
+        bundle, files = evidence.bundle, evidence.files
+        synthesis = rules.synthesize_evidence(bundle, capacity_alert_ratio=capacity_alert_ratio,
+                                              hotspot_alert_share_pct=hotspot_alert_share_pct)
+        change = candidate_change_for(synthesis, base)
+        try:
+            plan = rules.design_single_variable_experiment(synthesis, base, change)
+        except KeyError as exc:  # the specification's word for missing fixed conditions
+            raise InputError(str(exc.args[0])) from None
+        objective = rules.objective_for_signal(synthesis.get("primary_signal", "none"))
+        run_id = log_diagnosis(bundle, synthesis, plan, experiment_name=experiment_name, files=files,
+                               objective=objective, workload=workload, parent_run_id=parent_run_id)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     command = compare_command(workload, plan, attempts, experiment_name, objective) \
         if plan["action"] == "run_comparison" else None
     return {"bundle": bundle, "synthesis": synthesis, "plan": plan, "objective": objective,
@@ -500,6 +514,7 @@ def pipeline(
     supervised: bool = True,
     timeout_s: float = 300.0,
     runner: Any = "auto",
+    threads: int | None = None,
     **evaluate_kwargs: Any,
 ) -> dict:
     """The main job: diagnose, compare the plan's single change under the diagnosis's objective, decide.
@@ -507,7 +522,9 @@ def pipeline(
     When the diagnosis finds no strong signal (or is blocked by correctness), the comparison
     tests ``fallback_change`` on latency instead, and says so; without a fallback it stops after
     the diagnosis. Under ``mlflow run`` (``MLFLOW_RUN_ID`` set) the diagnosis and the comparison
-    nest under the project's run. ``runner`` is :func:`compare`'s.
+    nest under the project's run. ``runner`` is :func:`compare`'s; ``supervised``, ``timeout_s``
+    (the diagnosis's limit and each attempt's) and ``threads`` apply to the diagnosis and to
+    every attempt.
 
     Returns:
         ``{"diagnosis": ..., "decision": <evaluate_group's result or None>, "change": ...,
@@ -516,7 +533,8 @@ def pipeline(
     parent = os.environ.get("MLFLOW_RUN_ID") or None
     chosen_objective = evaluate_kwargs.pop("objective", None)
     report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
-                      experiment_name=experiment_name, steps=steps, parent_run_id=parent)
+                      experiment_name=experiment_name, steps=steps, parent_run_id=parent,
+                      supervised=supervised, timeout_s=timeout_s, threads=threads)
     plan = report["plan"]
     fallback_used = plan["action"] != "run_comparison"
     if fallback_used:
@@ -529,6 +547,6 @@ def pipeline(
     decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
                        objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
                        hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, runner=runner,
-                       **evaluate_kwargs)
+                       threads=threads, **evaluate_kwargs)
     return {"diagnosis": report, "decision": decision, "change": change, "objective": objective,
             "fallback_used": fallback_used}

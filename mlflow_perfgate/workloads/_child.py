@@ -8,7 +8,8 @@ result, and the parent reports the exit code or signal instead. The fork runner'
 :func:`run_spec` too, forked from the attempt server instead of started here.
 
 The spec's ``task`` says what to run: ``attempt`` (the default) an attempt, ``check`` only
-whether the workload's name resolves (its module imported here, never in the caller). Either way, the
+whether the workload's name resolves (its module imported here, never in the caller),
+``diagnose`` the evidence collection of a diagnosis (``_diagnosis``). Whichever it is, the
 workload's name is resolved first: a name that does not resolve is written as a refusal
 (``_attempt.write_refusal``), which the caller raises as ``ValueError``.
 """
@@ -39,11 +40,19 @@ def run_spec(spec: dict, result_path: str) -> int:
         if task == "check":
             # Not a name that does not resolve: the attempts will fail, each saying why.
             write_json_atomic(result_path, {"checked": spec["workload"], "import_failed": describe_failure(error)})
+        elif task == "diagnose":
+            from ._diagnosis import write_diagnosis_failure
+
+            write_diagnosis_failure(result_path, error)
         else:
             write_result(result_path, failed_before_start(spec, error))
         return 0
     if task == "check":
         write_json_atomic(result_path, {"checked": spec["workload"]})
+    elif task == "diagnose":
+        from ._diagnosis import run_diagnosis_spec
+
+        run_diagnosis_spec(spec, result_path)
     else:
         result = execute_in_process(
             spec["workload"], spec["conditions"], warmup=spec["warmup"], steps=spec["steps"],
