@@ -2,18 +2,22 @@
 
 Supervised attempts (the default) run in a child process of their own, started by a runner
 (``_runner``): the ``spawn`` runner starts ``python -m mlflow_perfgate.workloads._child SPEC
-RESULT`` for each attempt (the parent writes the attempt's spec as JSON); the ``fork`` runner asks
-a warm attempt server to fork a fresh child. Either way the child writes its
-:class:`AttemptResult` as versioned JSON (atomically, by rename) and exits, and the parent waits
-with a timeout and turns every way the child can end into a result: the child's own result,
-``timeout after Ns`` (the child's process group is killed), ``killed by signal SIGKILL`` or
-``SIGSEGV`` (a negative exit code), or a non-zero exit without a result. Nothing the workload
-does raises in the parent.
+RESULT`` for each attempt (the parent writes the attempt's spec as JSON), contained by a keeper
+(``python -m mlflow_perfgate._contain keep``); the ``fork`` runner asks a warm attempt server to
+fork a fresh child. Either way the child writes its :class:`AttemptResult` as versioned JSON
+(atomically, by rename) and exits, and the parent waits with a timeout and turns every way the
+child can end into a result: the child's own result, ``timeout after Ns`` (the child and every
+process below it are killed), ``killed by signal SIGKILL`` or ``SIGSEGV`` (a negative exit
+code), or a non-zero exit without a result. Nothing the workload does raises in the parent, and
+its module is imported in children only: a name that does not resolve is refused by the child
+(:class:`WorkloadRefused`). Nothing the workload starts outlives the attempt, nor the parent
+(``mlflow_perfgate._contain``: a parent-death signal, subreapers; Linux).
 
 In-process attempts (``supervised=False``) skip the ~1-2 s start of a child. They share the
 caller's process: a segfault or a ``SIGKILL`` ends the caller, a step that hangs is never
-interrupted (the timeout is checked between steps only), and leaked state (threads, memory,
-CUDA context) carries over to the next attempt.
+interrupted (the timeout is checked between steps only), leaked state (threads, memory, CUDA
+context) carries over to the next attempt, and nothing the workload starts is contained. A
+``sys.exit`` in the workload is still a failed attempt.
 """
 
 from __future__ import annotations
@@ -734,7 +738,8 @@ def run_attempt(
         The :class:`AttemptResult`.
 
     Raises:
-        ValueError: an unknown workload, a bad ``warmup``/``steps``/``threads``/``timeout_s``,
+        ValueError: an unknown workload (for a supervised attempt, found by its child:
+            :class:`WorkloadRefused`), a bad ``warmup``/``steps``/``threads``/``timeout_s``,
             ``warmup``/``steps`` that disagree with the same keys in ``conditions``, (for a
             supervised attempt) conditions that JSON cannot carry, a ``runner`` that is not a
             runner or a kind, or a ``runner`` with ``supervised=False``.

@@ -17,12 +17,19 @@ child imports it itself, as a spawned child would. An import that crashes or han
 that child.
 
 Protocol: one versioned JSON object a line (``_wire``), requests on stdin, events on stdout; the
-server's own log is stderr. Requests ``run`` (an attempt), ``status`` and ``exit``; end of
-stdin (the runner is gone) also ends the server, and with it the attempt in flight. A request's
-events are ``started`` and ``exited`` for each child (with its pid, so that the runner can kill
-its process group on a timeout) and a last ``done`` (``outcome`` ``exited`` or ``refused``, a
+server's own log is stderr. Requests ``run`` (an attempt), ``check`` (whether a workload's name
+resolves: the supervised import alone), ``status`` and ``exit``; end of stdin (the runner is
+gone) also ends the server, and with it the attempt in flight. A request's events are
+``started`` and ``exited`` for each child (with its pid, so that the runner can kill its process
+group on a timeout) and a last ``done`` (``outcome`` ``exited``, ``checked`` or ``refused``, a
 workload name that cannot be resolved). The server reports how its children end; the runner
 enforces timeouts and turns every ending into an :class:`AttemptResult`.
+
+Containment (``mlflow_perfgate._contain``): the server starts under ``_contain run``, with a
+parent-death SIGTERM towards the runner, which it handles by killing its whole tree; it is a
+subreaper and, after each child has ended, kills and reaps whatever that child left. Each child
+arms a parent-death SIGKILL towards the server first thing, becomes a subreaper itself and kills
+its descendants when it ends (``_child.exit_now``).
 """
 
 from __future__ import annotations
