@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _end_tree_and_exit)
     die_with_parent(int(parent), signal.SIGTERM)
     become_subreaper()
-    if mode == "run":
+    if mode == "run" or not hasattr(os, "fork"):  # without fork, no keeper: the module runs here
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the module installs its own
         _run_module(module, args)
         return

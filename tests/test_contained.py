@@ -182,17 +182,24 @@ _SUPERVISOR = textwrap.dedent("""
 
 @needs_prctl
 @pytest.mark.parametrize("kind", ["spawn", pytest.param("fork", marks=needs_fork)])
-def test_nothing_outlives_a_supervisor_killed_with_sigkill(kind, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "interrupt"])
+def test_nothing_outlives_a_supervisor_killed_or_interrupted(kind, signum, tmp_path):
     script, pid_file = tmp_path / "supervisor.py", tmp_path / "pids.json"
     script.write_text(_SUPERVISOR)
-    supervisor = subprocess.Popen([sys.executable, str(script), kind, str(pid_file)], cwd=REPO,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tmp_path / "supervisor.log"
+    with open(log, "wb") as handle:
+        supervisor = subprocess.Popen([sys.executable, str(script), kind, str(pid_file)], cwd=REPO,
+                                      stdout=handle, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
         while not pid_file.exists() and supervisor.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert pid_file.exists(), supervisor.stderr.read().decode()[-3000:] if supervisor.poll() is not None else ""
+        assert pid_file.exists(), log.read_text()[-3000:]
         pids = json.loads(pid_file.read_text())
+        # kill -9: nothing runs in the supervisor any more, the kernel's parent-death signals do
+        # it all; an interrupt: the runner ends the tree it supervises.
+        os.kill(supervisor.pid, signum)
+        supervisor.wait(timeout=60)
     finally:
         supervisor.kill()
         supervisor.wait()

@@ -32,6 +32,7 @@ from ._attempt import (
     AttemptResult,
     WorkloadRefused,
     child_env,
+    end_child,
     exit_reason,
     kill_group,
     prepare_spec,
@@ -208,8 +209,9 @@ class _Server:
     @staticmethod
     def _kill_process(process: subprocess.Popen, children: set[int]) -> None:
         if process.poll() is None:
-            # Its own process group (its children have sessions of their own).
-            kill_group(process.pid)
+            # The server and its whole tree (a subreaper, it holds every process below it, even
+            # one that left its child's session), then its own process group.
+            end_child(process.pid)
         for pid in list(children):
             kill_group(pid)
         for stream in (process.stdin, process.stdout):
@@ -350,8 +352,9 @@ class ForkRunner(AttemptRunner):
         Returns:
             ``pid``, ``threads`` (its ``Threads:`` count), ``cuda_initialized``,
             ``torch_ops`` (aten operations seen during its imports), ``preloaded`` (workload
-            modules imported there), ``not_preloaded`` (workload -> why not), ``warm_failures``
-            and ``warm_s``.
+            modules imported there), ``not_preloaded`` (workload -> why not), ``warm_failures``,
+            ``warm_s`` and ``containment`` (``'parent-death signal, subreaper'``, or why
+            ``prctl`` is unavailable here).
 
         Raises:
             RuntimeError: the server died or did not answer within ``timeout_s``.
