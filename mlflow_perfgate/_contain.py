@@ -232,6 +232,12 @@ def _exit_like(status: int) -> None:
     except (OSError, ValueError):
         pass
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {-code})
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the child dumped its core, if any: not this one
+    except (ImportError, OSError, ValueError):
+        pass
     os.kill(os.getpid(), -code)
     os._exit(128 - code)
 
