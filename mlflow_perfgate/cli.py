@@ -200,7 +200,23 @@ def print_decision(result: dict, output_format: str) -> None:
 
 
 def exit_for(result: dict) -> None:
+    """Exit with the decision's code; a result without a logged decision run never exits 0 (accept)."""
+    if not result.get("decision_run_id"):
+        _fail(f"no decision run was logged (decision {result.get('decision')!r}); nothing was accepted")
     sys.exit(EXIT_CODES[result["decision"]])
+
+
+def _until_decided(run, what: str, *args, **kwargs):
+    """Call ``run``; a ``SystemExit`` from the code it ran (a workload's ``sys.exit``) is an error, never exit 0.
+
+    A comparison or a pipeline ends in this process with an exit code only after a decision
+    run is logged (:func:`exit_for`); whatever exits before that is reported in one line (exit 2).
+    """
+    try:
+        return run(*args, **kwargs)
+    except SystemExit as exc:
+        _fail(f"{what} stopped before a decision was logged: sys.exit({exc.code!r}) was called by the code it ran "
+              "(the workload?); nothing was accepted")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -473,8 +489,8 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
         max_attempts = 4 * attempts
     from mlflow_perfgate.harness import compare as run_compare
 
-    result = run_compare(
-        workload, conditions, change, attempts=attempts, group=group,
+    result = _until_decided(
+        run_compare, "compare", workload, conditions, change, attempts=attempts, group=group,
         experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s, runner=runner,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
         resume=resume, interleave=interleave, parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None,
@@ -495,15 +511,26 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
                    "on CPU).")
 @click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps timed for the evidence.")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Wall-clock limit of the evidence collection, seconds.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads while the evidence is collected.")
+@click.option("--in-process", is_flag=True, help="Collect the evidence in this process (a crash takes it down, a hang "
+              "is never interrupted).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @guarded
-def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experiment, output_format):
-    """Evidence (probe, stage times, memory) -> hypothesis -> a single-variable plan; logs a diagnosis run."""
+def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experiment, timeout_s, threads, in_process,
+             output_format):
+    """Evidence (probe, stage times, memory) -> hypothesis -> a single-variable plan; logs a diagnosis run.
+
+    The evidence is collected supervised, in a child process: a workload that crashes, hangs past
+    --timeout or exits there fails the diagnosis in one line, and a FAILED diagnosis run says why.
+    """
     conditions = _conditions(sets, allow_empty)
     from mlflow_perfgate.harness import diagnose as run_diagnose
 
-    report = run_diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib or None,
-                          experiment_name=experiment, steps=steps,
+    report = run_diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
+                          experiment_name=experiment, steps=steps, timeout_s=timeout_s, threads=threads,
+                          supervised=not in_process,
                           parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None)  # nested under `mlflow run`
     if output_format == "json":
         click.echo(json.dumps(report, indent=2, default=str))
@@ -542,36 +569,46 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
               help="The change to test on latency when the diagnosis proposes none.")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              help="Per-attempt wall-clock limit, seconds.")
-@click.option("--in-process", is_flag=True, help="Run attempts in this process.")
+              help="Wall-clock limit of the diagnosis's evidence collection and of each attempt, seconds.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch threads in the diagnosis and in every attempt.")
+@click.option("--in-process", is_flag=True, help="Diagnose and run attempts in this process.")
 @click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
               help="What starts each supervised attempt's child (see compare --help).")
 @_INTERLEAVE
 @decision_options
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--gate", is_flag=True, help="Exit with the decision's code (as compare does) instead of 0.")
+@click.option("--gate", is_flag=True, help="Exit with the decision's code (as compare does) instead of 0; without a "
+              "comparison (the plan proposed none), 3 (rerun), never 0.")
 @guarded
 def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallback_change, experiment, timeout_s,
-             in_process, runner, interleave, no_progress, gate, **kwargs):
+             threads, in_process, runner, interleave, no_progress, gate, **kwargs):
     """The main job: diagnose, compare the plan's change under the diagnosis's objective, decide.
 
-    Exits 0 once a decision is logged (whatever it is), unless --gate.
+    Exits 0 once a decision is logged (whatever it is), or once the diagnosis is logged when it
+    proposes no comparison, unless --gate.
     """
     conditions = _conditions(sets, allow_empty)
     options = collect_policy(kwargs)
     fallback = parse_assignments((fallback_change,), "--fallback-change") if fallback_change else None
     from mlflow_perfgate.harness import pipeline as run_pipeline
 
-    outcome = run_pipeline(workload, conditions, attempts=attempts, capacity_mib=capacity_mib or None,
-                           fallback_change=fallback, experiment_name=experiment, steps=steps,
-                           progress=not no_progress, supervised=not in_process, timeout_s=timeout_s, runner=runner,
-                           interleave=interleave, **options)
+    outcome = _until_decided(
+        run_pipeline, "pipeline", workload, conditions, attempts=attempts, capacity_mib=capacity_mib or None,
+        fallback_change=fallback, experiment_name=experiment, steps=steps, progress=not no_progress,
+        supervised=not in_process, timeout_s=timeout_s, runner=runner, threads=threads, interleave=interleave,
+        **options)
     synthesis = outcome["diagnosis"]["synthesis"]
     click.echo(f"diagnosis: {synthesis['status']}, primary signal {synthesis['primary_signal']}: "
                f"{synthesis['hypothesis']} (run {outcome['diagnosis']['diagnosis_run_id']})")
     if outcome["decision"] is None:
         click.echo(f"no comparison: the plan is {outcome['diagnosis']['plan']['action']}")
-        sys.exit(EXIT_CODES["blocked_by_correctness"] if synthesis["status"] == "blocked_by_correctness" else 0)
+        if synthesis["status"] == "blocked_by_correctness":
+            sys.exit(EXIT_CODES["blocked_by_correctness"])
+        if not outcome["diagnosis"].get("diagnosis_run_id"):
+            _fail("no diagnosis run was logged; nothing was accepted")
+        # As a gate, no comparison is no evidence: never the accept code.
+        sys.exit(EXIT_CODES["rerun"] if gate else 0)
     (variable, value), = outcome["change"].items()
     from mlflow_perfgate.tracking import canonical_value
 
@@ -579,7 +616,7 @@ def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallbac
     source = "fallback (the diagnosis proposed no change)" if outcome["fallback_used"] else "the diagnosis's plan"
     click.echo(f"comparison: {variable}={value} from {source}, objective {outcome['objective']}\n")
     print_decision(outcome["decision"], "text")
-    if gate:
+    if gate or not outcome["decision"].get("decision_run_id"):
         exit_for(outcome["decision"])
 
 

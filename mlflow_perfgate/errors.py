@@ -12,6 +12,7 @@ The tree (every class is also a ``ValueError``, so code written against the firs
           |    +-- FormatError      stored JSON (journal, child result, decision.json) of an unknown format
           +-- SingleVariableError   the arms do not differ in exactly one condition
           +-- EnvironmentMismatch   the arms ran in environments that differ beyond the changed variable
+          +-- WorkloadFailed        the workload crashed, hung or raised where no attempt records it (a diagnosis)
           +-- StoreError            the tracking store could not do what was asked
                +-- StoreRefused     it answered and refused (HTTP 401/403, a run that does not exist, ...)
                +-- StoreUnavailable it could not be reached (refused connection, timeout, 502/503)
@@ -36,6 +37,7 @@ __all__ = [
     "StoreError",
     "StoreRefused",
     "StoreUnavailable",
+    "WorkloadFailed",
 ]
 
 
@@ -89,3 +91,15 @@ class StoreRefused(StoreError):
 
 class StoreUnavailable(StoreError, ConnectionError):
     """The store could not be reached (connection refused, timeout, a proxy's 502/503)."""
+
+
+class WorkloadFailed(PerfgateError):
+    """The workload crashed, hung, exited or raised where no attempt can record it as a failed attempt.
+
+    A diagnosis's evidence collection, say: its run is left FAILED with the reason, and
+    ``run_id`` names it.
+    """
+
+    def __init__(self, message: str, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id

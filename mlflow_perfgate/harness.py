@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -351,17 +352,29 @@ def compare(
     if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
         raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
 
-    group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    held = group_state(group, experiment_name=experiment_name)
-    if held["attempts"] and not resume:
-        raise InputError(
-            f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
-            "comparison's attempts to them, or choose another --group")
-    if resume and held["comparison_run_id"]:
-        comparison_id = held["comparison_run_id"]
-    else:
-        comparison_id = start_comparison(group, base, variable, objective=objective, experiment_name=experiment_name,
-                                         workload=workload, parent_run_id=parent_run_id, interleave=interleave)
+    # One runner for the whole comparison: with fork, one warm server for all its attempts.
+    owned = supervised and not isinstance(runner, AttemptRunner)
+    active = runner if supervised and not owned else None
+    if owned:
+        active = attempt_runner(runner, workload=workload)
+    try:
+        _check_workload(workload, active, timeout_s)  # before anything is written
+        group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        held = group_state(group, experiment_name=experiment_name)
+        if held["attempts"] and not resume:
+            raise InputError(
+                f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
+                "comparison's attempts to them, or choose another --group")
+        if resume and held["comparison_run_id"]:
+            comparison_id = held["comparison_run_id"]
+        else:
+            comparison_id = start_comparison(group, base, variable, objective=objective,
+                                             experiment_name=experiment_name, workload=workload,
+                                             parent_run_id=parent_run_id, interleave=interleave)
+    except BaseException:
+        if owned:
+            active.close()
+        raise
     arms = {"baseline": base, "candidate": candidate}
     next_pair = held["next_pair"]
     deferred: list[str] = []  # attempts kept in the journal while the server was down
@@ -402,12 +415,7 @@ def compare(
             report(arm, started, result, bar)
         next_pair += len(order) // 2
 
-    # One runner for the whole comparison: with fork, one warm server for all its attempts.
-    owned = supervised and not isinstance(runner, AttemptRunner)
-    active = runner if supervised and not owned else None
     try:
-        if owned:
-            active = attempt_runner(runner, workload=workload)
         with _terminate_as_exception(), tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt",
                                              disable=not progress, file=sys.stderr) as bar:
             run_block(abba(attempts), bar)
@@ -443,6 +451,32 @@ def compare(
             active.close()
     result["comparison_run_id"] = comparison_id
     return result
+
+
+def _check_workload(workload: str, runner: Any, timeout_s: float) -> None:
+    """Refuse a workload whose name does not resolve, found where its code may run.
+
+    Supervised, in one of the runner's children (the fork runner's server imports the module
+    under supervision; the spawn runner starts a child for it): the module's code never runs
+    here. In-process (``runner`` is ``None``) the attempts run it here anyway. An import that
+    crashes, hangs or raises otherwise is not refused: each attempt then fails, saying why.
+
+    Raises:
+        InputError: no such module, an ``ImportError`` in it, or no such factory.
+    """
+    from .workloads import resolve_workload
+
+    note = None
+    try:
+        if runner is None:
+            resolve_workload(workload)
+        else:
+            note = runner.check(workload, timeout_s=timeout_s)
+    except ValueError as exc:
+        raise InputError(f"{exc}; nothing was run or logged") from None
+    if note:
+        print(f"warning: workload {workload!r} failed to import in a child ({note.splitlines()[0]}); "
+              "its attempts will fail", file=sys.stderr)
 
 
 def _max_looks(attempts: int, max_attempts: int | None) -> int:
@@ -578,68 +612,76 @@ def diagnose(
     capacity_alert_ratio: float = 0.90,
     hotspot_alert_share_pct: float = 40.0,
     parent_run_id: str | None = None,
+    supervised: bool = True,
+    timeout_s: float = 300.0,
+    threads: int | None = None,
 ) -> dict:
     """Evidence -> hypothesis -> single-variable plan, logged as a diagnosis run.
 
-    Checks the fixed conditions first (:func:`require_fixed_conditions`), then builds the
-    workload in this process, runs the correctness probe, times its non-overlapping stages
-    (time evidence), estimates or measures its memory (memory evidence), profiles a few steps
-    (operator table and trace; the profiler's own output goes to ``profiler.log`` beside them,
-    not to the terminal), then ``synthesize_evidence`` and ``design_single_variable_experiment``
-    with the change :func:`candidate_change_and_reason` draws from the hypothesis. The diagnosis
-    run starts when the diagnosis starts and ends when it is logged.
+    Checks the fixed conditions first (:func:`require_fixed_conditions`), then collects the
+    evidence supervised, as an attempt runs (``workloads.run_diagnosis``: a spawned, contained
+    child under ``timeout_s`` and ``threads``, whose output, the profiler's included, stays off
+    the terminal): it builds the workload, runs the correctness probe, times its
+    non-overlapping stages (time evidence), estimates or measures its memory (memory evidence)
+    and profiles a few steps (operator table and trace). Then ``synthesize_evidence`` and
+    ``design_single_variable_experiment`` with the change :func:`candidate_change_and_reason`
+    draws from the hypothesis. The diagnosis run starts when the diagnosis starts and ends when
+    it is logged.
 
     Args:
         capacity_mib: the memory budget of the target device, MiB; ``None`` (or 0) for this
             machine's (the GPU's memory, or the RAM on the CPU).
+        supervised: collect in a child process (the default); ``False`` collects here.
+        timeout_s: wall-clock limit of the collection (supervised), seconds.
+        threads: torch threads during the collection (default: the current count).
 
     Returns:
         ``{"bundle", "synthesis", "plan", "objective", "change_reason", "diagnosis_run_id",
         "diagnosis_run_url", "command"}``.
+
+    Raises:
+        InputError: missing fixed conditions, or a workload name that does not resolve (nothing
+            is logged).
+        WorkloadFailed: the workload crashed, hung, exited or raised while its evidence was
+            collected; a FAILED diagnosis run says why (``run_id``).
     """
     started_ms = int(time.time() * 1000)
     base = _base_conditions(workload, conditions, attempts)
     require_fixed_conditions(base)
-    from .tracking import log_diagnosis, run_url
-    from .workloads import (collect_memory_evidence, collect_time_evidence, make_workload, probe_correctness,
-                            profile_operators)
+    from .errors import WorkloadFailed
+    from .tracking import log_diagnosis, log_failed_diagnosis, run_url
+    from .workloads import run_diagnosis
 
-    instance = make_workload(workload, base)
-    files: dict = {}
     tmp = tempfile.mkdtemp(prefix="perfgate-diagnose-")
     try:
-        validity = probe_correctness(instance)
-        bundle: dict = {"validity": validity}
-        if validity["run_valid"]:
-            bundle["time"] = collect_time_evidence(instance, steps=steps)
-            bundle["memory"] = collect_memory_evidence(instance, capacity_mib=capacity_mib or None)
-            if profile:
-                log_path = os.path.join(tmp, "profiler.log")
-                with _stderr_into(log_path):
-                    files = profile_operators(instance, tmp, steps=min(steps, 3))
-                if os.path.getsize(log_path):
-                    files["profiler_log"] = log_path
-                else:
-                    os.remove(log_path)
-    finally:
-        close = getattr(instance, "close", None)
-        if callable(close):
-            close()
-    synthesis = rules.synthesize_evidence(bundle, capacity_alert_ratio=capacity_alert_ratio,
-                                          hotspot_alert_share_pct=hotspot_alert_share_pct)
-    change, change_reason = candidate_change_and_reason(synthesis, base)
-    plan = rules.design_single_variable_experiment(synthesis, base, change)
-    objective = rules.objective_for_signal(synthesis.get("primary_signal", "none"))
-    run_id = log_diagnosis(bundle, synthesis, plan, experiment_name=experiment_name, files=files,
-                           objective=objective, workload=workload, parent_run_id=parent_run_id,
-                           start_time=started_ms, change_reason=change_reason)
-    for path in files.values():
+        # collected here, the profiler's own lines would reach the terminal: they go to a file instead
+        quiet = contextlib.nullcontext() if supervised else _stderr_into(os.path.join(tmp, "profiler.log"))
         try:
-            os.remove(path)
-        except OSError:
-            pass
-    with contextlib.suppress(OSError):
-        os.rmdir(tmp)
+            with quiet:
+                evidence = run_diagnosis(workload, base, out_dir=tmp, steps=steps, capacity_mib=capacity_mib or None,
+                                         profile=profile, threads=threads, timeout_s=timeout_s, supervised=supervised)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        if not evidence.ok:
+            run_id = log_failed_diagnosis(evidence.failure, evidence.failure_detail, base,
+                                          experiment_name=experiment_name, workload=workload,
+                                          parent_run_id=parent_run_id)
+            raise WorkloadFailed(f"diagnosis failed: {evidence.failure}, while the workload's evidence was collected "
+                                 f"(FAILED diagnosis run {run_id})", run_id=run_id)
+        bundle, files = evidence.bundle, evidence.files
+        synthesis = rules.synthesize_evidence(bundle, capacity_alert_ratio=capacity_alert_ratio,
+                                              hotspot_alert_share_pct=hotspot_alert_share_pct)
+        change, change_reason = candidate_change_and_reason(synthesis, base)
+        try:
+            plan = rules.design_single_variable_experiment(synthesis, base, change)
+        except KeyError as exc:  # the specification's word for missing fixed conditions
+            raise InputError(str(exc.args[0])) from None
+        objective = rules.objective_for_signal(synthesis.get("primary_signal", "none"))
+        run_id = log_diagnosis(bundle, synthesis, plan, experiment_name=experiment_name, files=files,
+                               objective=objective, workload=workload, parent_run_id=parent_run_id,
+                               start_time=started_ms, change_reason=change_reason)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     command = compare_command(workload, plan, attempts, experiment_name, objective) \
         if plan["action"] == "run_comparison" else None
     return {"bundle": bundle, "synthesis": synthesis, "plan": plan, "objective": objective,
@@ -661,6 +703,7 @@ def pipeline(
     timeout_s: float = 300.0,
     runner: Any = "auto",
     interleave: str = "attempts",
+    threads: int | None = None,
     **evaluate_kwargs: Any,
 ) -> dict:
     """The main job: diagnose, compare the plan's single change under the diagnosis's objective, decide.
@@ -668,7 +711,9 @@ def pipeline(
     When the diagnosis finds no strong signal (or is blocked by correctness), the comparison
     tests ``fallback_change`` on latency instead, and says so; without a fallback it stops after
     the diagnosis. Under ``mlflow run`` (``MLFLOW_RUN_ID`` set) the diagnosis and the comparison
-    nest under the project's run. ``runner`` and ``interleave`` are :func:`compare`'s.
+    nest under the project's run. ``runner`` and ``interleave`` are :func:`compare`'s; ``supervised``,
+    ``timeout_s`` (the diagnosis's limit and each attempt's) and ``threads`` apply to the diagnosis
+    and to every attempt.
 
     Returns:
         ``{"diagnosis": ..., "decision": <evaluate_group's result or None>, "change": ...,
@@ -679,7 +724,8 @@ def pipeline(
     parent = os.environ.get("MLFLOW_RUN_ID") or None
     chosen_objective = evaluate_kwargs.pop("objective", None)
     report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
-                      experiment_name=experiment_name, steps=steps, parent_run_id=parent)
+                      experiment_name=experiment_name, steps=steps, parent_run_id=parent,
+                      supervised=supervised, timeout_s=timeout_s, threads=threads)
     plan = report["plan"]
     fallback_used = plan["action"] != "run_comparison"
     if fallback_used:
@@ -692,6 +738,6 @@ def pipeline(
     decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
                        objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
                        hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, runner=runner,
-                       interleave=interleave, **evaluate_kwargs)
+                       interleave=interleave, threads=threads, **evaluate_kwargs)
     return {"diagnosis": report, "decision": decision, "change": change, "objective": objective,
             "fallback_used": fallback_used}

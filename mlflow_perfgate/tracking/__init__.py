@@ -32,6 +32,7 @@ _EXPORTS = {
     "log_attempt": "_attempts",
     "log_checked": "_attempts",
     "log_diagnosis": "_runs",
+    "log_failed_diagnosis": "_runs",
     "parse_duration": "_maintenance",
     "read_decision": "_report",
     "read_report": "_report",

@@ -24,7 +24,7 @@ from ._schema import (
     group_key,
 )
 
-__all__ = ["end_run", "group_state", "log_diagnosis", "run_url", "start_comparison"]
+__all__ = ["end_run", "group_state", "log_diagnosis", "log_failed_diagnosis", "run_url", "start_comparison"]
 
 
 def start_comparison(group: str, conditions: dict, changed_variable: str, *, objective: str = "latency",
@@ -121,6 +121,40 @@ def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name:
         end_run(run_id, "FAILED")
         raise
     end_run(run_id)
+    return run_id
+
+
+def log_failed_diagnosis(failure: str, detail: str | None, conditions: dict, *, experiment_name: str | None = None,
+                         workload: str | None = None, parent_run_id: str | None = None) -> str:
+    """Log a diagnosis whose evidence could not be collected: a FAILED diagnosis run saying why.
+
+    Args:
+        failure: the reason (``perfgate.failure`` and ``perfgate.end_reason``), as an attempt's.
+        detail: a traceback or the child's log tail (``perfgate.failure_detail``, cut to fit).
+        conditions: the conditions diagnosed (params, as a diagnosis run's).
+
+    Returns:
+        The run id.
+    """
+    mlflow_client = _client.client()
+    experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=True)
+    note = f"## Diagnosis failed\n\n- failure: `{failure}`\n- the workload failed while its evidence was collected"
+    run_tags = {
+        TAG.KIND: KIND_DIAGNOSIS,
+        TAG.STATUS: "failed",
+        TAG.FAILURE: fit(failure, MAX_TAG_VALUE),
+        TAG.NOTE: fit(note, MAX_TAG_VALUE),
+        **({TAG.FAILURE_DETAIL: fit(detail, MAX_TAG_VALUE)} if detail else {}),
+        **({TAG.WORKLOAD: workload} if workload else {}),
+        **({TAG.PARENT: parent_run_id} if parent_run_id else {}),
+    }
+    run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=run_tags, run_name="diagnosis"))
+    run_id = run.info.run_id
+    try:
+        params = {k: fit(v, MAX_PARAM_VALUE) for k, v in canonical_conditions(conditions).items()}
+        _client.log_batch(mlflow_client, run_id, params=params)
+    finally:
+        end_run(run_id, "FAILED", reason=f"diagnosis failed: {failure}")
     return run_id
 
 

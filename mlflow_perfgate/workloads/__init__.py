@@ -6,6 +6,7 @@ It imports neither mlflow nor ``mlflow_perfgate.tracking``. Ranking and judging 
 
 from ._attempt import DEFAULT_TIMEOUT_S, AttemptResult, interleave, run_attempt
 from ._conditions import choice, flag, integer, number, shape
+from ._diagnosis import DiagnosisResult, run_diagnosis
 from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
 from ._hardware import native_bf16
 from ._hf import HFWorkload, hf_workload
@@ -27,6 +28,7 @@ __all__ = sorted([
     "AttemptRunner",
     "BUILTIN_WORKLOADS",
     "DEFAULT_TIMEOUT_S",
+    "DiagnosisResult",
     "ForkRunner",
     "HFWorkload",
     "RUNNER_KINDS",
@@ -53,5 +55,6 @@ __all__ = sorted([
     "resolve_workload",
     "run_attempt",
     "run_interleaved",
+    "run_diagnosis",
     "shape",
 ])

@@ -2,18 +2,22 @@
 
 Supervised attempts (the default) run in a child process of their own, started by a runner
 (``_runner``): the ``spawn`` runner starts ``python -m mlflow_perfgate.workloads._child SPEC
-RESULT`` for each attempt (the parent writes the attempt's spec as JSON); the ``fork`` runner asks
-a warm attempt server to fork a fresh child. Either way the child writes its
-:class:`AttemptResult` as versioned JSON (atomically, by rename) and exits, and the parent waits
-with a timeout and turns every way the child can end into a result: the child's own result,
-``timeout after Ns`` (the child's process group is killed), ``killed by signal SIGKILL`` or
-``SIGSEGV`` (a negative exit code), or a non-zero exit without a result. Nothing the workload
-does raises in the parent.
+RESULT`` for each attempt (the parent writes the attempt's spec as JSON), contained by a keeper
+(``python -m mlflow_perfgate._contain keep``); the ``fork`` runner asks a warm attempt server to
+fork a fresh child. Either way the child writes its :class:`AttemptResult` as versioned JSON
+(atomically, by rename) and exits, and the parent waits with a timeout and turns every way the
+child can end into a result: the child's own result, ``timeout after Ns`` (the child and every
+process below it are killed), ``killed by signal SIGKILL`` or ``SIGSEGV`` (a negative exit
+code), or a non-zero exit without a result. Nothing the workload does raises in the parent, and
+its module is imported in children only: a name that does not resolve is refused by the child
+(:class:`WorkloadRefused`). Nothing the workload starts outlives the attempt, nor the parent
+(``mlflow_perfgate._contain``: a parent-death signal, subreapers; Linux).
 
 In-process attempts (``supervised=False``) skip the ~1-2 s start of a child. They share the
 caller's process: a segfault or a ``SIGKILL`` ends the caller, a step that hangs is never
-interrupted (the timeout is checked between steps only), and leaked state (threads, memory,
-CUDA context) carries over to the next attempt.
+interrupted (the timeout is checked between steps only), leaked state (threads, memory, CUDA
+context) carries over to the next attempt, and nothing the workload starts is contained. A
+``sys.exit`` in the workload is still a failed attempt.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 
 import torch
 
+from .._contain import kill_tree
 from ..rules import validate_validity_report
 from ._conditions import parse_int
 from ._contention import ContentionSampler, summarize_steps
@@ -56,6 +61,7 @@ _MEM_STATUSES = (None, "measured", "estimated")
 _STEP_CONTENTION = ("step_wait_ms", "step_wait_share", "step_cpu_ms", "step_nivcsw")
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
 _CHILD_MODULE = "mlflow_perfgate.workloads._child"
+_CONTAIN_MODULE = "mlflow_perfgate._contain"
 _RUNNERS = (None, "fork", "spawn")
 
 
@@ -71,15 +77,20 @@ class AttemptResult:
             ``invalid_conditions: <message>`` (the factory rejected a condition),
             ``non_finite_loss``, ``non_finite_quality``, ``timeout after <s>s``,
             ``out_of_memory: <Type>: <message>``, ``killed by signal <NAME>``,
-            ``exited with code <n>`` or ``attempt server died: <how>`` (the fork runner's
-            server ended while the attempt was in flight). ``None`` when ok.
+            ``exited with code <n>``, ``exited: sys.exit(<code>) inside the workload`` (a
+            ``SystemExit`` raised by the workload's code: in-process it must not end the
+            caller) or ``attempt server died: <how>`` (the fork runner's server ended while
+            the attempt was in flight). ``None`` when ok.
         failure_detail: context for the failure (the step, a traceback, the child's log tail).
         latency_ms: median of ``step_times_ms``.
         step_times_ms: wall time of each measured step (``time.perf_counter``, CUDA synchronised
             inside the clock); the steps completed so far when the attempt failed.
         quality: the workload's quality after the measured steps.
         validity: the correctness record of :func:`probe_correctness`, or ``None`` when not probed.
-        torch_threads: torch's intra-op thread count during the attempt.
+        torch_threads: torch's intra-op thread count as measured during the attempt
+            (``torch.get_num_threads()`` after each measured step; the count most of them ran
+            with when it changed; read at the attempt's end when no measured step ran). For a
+            child that ended without a result, nothing was measured: the count requested.
         peak_mem_mib: the memory record's ``reserved_mib``.
         mem_status: ``'measured'`` (CUDA), ``'estimated'`` (CPU), or ``None`` when not collected.
         throughput_tok_s: ``tokens_per_step`` per median step, when the workload gives tokens.
@@ -119,6 +130,10 @@ class AttemptResult:
             each of its measured steps in the shared child's sequence of both arms' measured
             steps (A B B A ...: the leading arm's are 0, 3, 4, 7, ...), parallel to
             ``step_times_ms``; ``None`` for an attempt that had its process to itself.
+        threads_requested: the thread count the attempt pinned (``threads``, else the caller's).
+        threads_note: ``None`` when every measured step ran with ``threads_requested``; else
+            what was measured (the workload changed the count, say with
+            ``torch.set_num_threads``): ``torch_threads`` is then not the requested count.
     """
 
     ok: bool
@@ -155,6 +170,8 @@ class AttemptResult:
     uncontended_latency_ms: float | None = None
     uncontended_steps: int | None = None
     step_order: tuple[int, ...] | None = None
+    threads_requested: int | None = None
+    threads_note: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.ok) is not bool:
@@ -291,7 +308,10 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
                        threads: int | None, probe: bool, timeout_s: float | None) -> AttemptResult:
     """Run the attempt here and now; every failure of the workload becomes the result.
 
-    The body of both modes: the child process of a supervised attempt calls it too.
+    The body of both modes: the child process of a supervised attempt calls it too. Whatever
+    stops the attempt (an exception in a step, ``quality()``, the memory estimate or the probe,
+    a ``sys.exit``), the measured steps completed before it are kept in the result, with their
+    contention figures. ``KeyboardInterrupt`` is not the workload's failure: it propagates.
     """
     started = time.perf_counter()
     deadline = None if timeout_s is None else started + timeout_s
@@ -299,7 +319,8 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
     failure = detail = None
     validity = None
     workload = None
-    with pinned_threads(threads) as torch_threads:
+    measured = TimedSteps()
+    with pinned_threads(threads) as requested_threads:
         try:
             try:
                 workload = make_workload(workload_name, conditions)
@@ -309,14 +330,11 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
             tokens = getattr(workload, "tokens_per_step", None)
             fields["tokens_per_step"] = int(tokens) if tokens else None
             warm = time_steps(workload.step, warmup, device=device, phase="warmup", deadline=deadline)
-            measured = TimedSteps()
             if warm.failure is None:
                 with ContentionSampler(warn=False) as sampler:
                     time_steps(workload.step, steps, device=device, deadline=deadline, into=measured,
                                sampler=sampler)
             stopped = warm if warm.failure else measured
-            fields["step_times_ms"] = measured.times_ms
-            fields.update(summarize_steps(measured.contention, measured.contention_status))
             finite_losses = [loss for loss in measured.losses if loss is not None]
             fields["final_loss"] = finite_losses[-1] if finite_losses else None
             if stopped.failure == "timeout" and len(measured.times_ms) < steps:
@@ -346,15 +364,26 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
         except _InvalidConditions as error:
             failure = f"invalid_conditions: {error.__cause__}"
             detail = _tail(traceback.format_exc())
+        except SystemExit as error:
+            failure, detail = _exit_reason(error), _tail(traceback.format_exc())
         except Exception as error:  # noqa: BLE001 - every workload failure is data, not a crash
             failure, detail = _describe_exception(error), _tail(traceback.format_exc())
         finally:
             if workload is not None and callable(getattr(workload, "close", None)):
                 try:
                     workload.close()
+                except SystemExit as error:
+                    if failure is None:
+                        failure, detail = _exit_reason(error), _tail(traceback.format_exc())
                 except Exception as error:  # noqa: BLE001
                     if failure is None:
                         failure, detail = _describe_exception(error), _tail(traceback.format_exc())
+            # Read while the pin holds: a workload that changed the count changed it here.
+            fields.update(measured_threads(measured.threads, requested_threads, torch.get_num_threads()))
+    # The steps completed before any failure, with their contention figures, are the result's
+    # too: a failed attempt keeps its history (AttemptResult.step_times_ms).
+    fields["step_times_ms"] = measured.times_ms
+    fields.update(summarize_steps(measured.contention, measured.contention_status))
     if failure is not None:
         # A failed attempt reports no headline figures: they would read as a valid sample.
         for name in ("latency_ms", "quality", "throughput_tok_s", "uncontended_latency_ms"):
@@ -364,7 +393,6 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
         failure=failure,
         failure_detail=detail,
         validity=validity,
-        torch_threads=torch_threads,
         wall_s=time.perf_counter() - started,
         workload=workload_name,
         conditions=dict(conditions),
@@ -373,6 +401,47 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
         supervised=False,
         **fields,
     )
+
+
+def _exit_reason(error: SystemExit) -> str:
+    return f"exited: sys.exit({error.code!r}) inside the workload"
+
+
+def describe_failure(error: BaseException) -> str:
+    """The failure reason of an exception or a ``SystemExit`` raised by the workload's code."""
+    return _exit_reason(error) if isinstance(error, SystemExit) else _describe_exception(error)
+
+
+def failed_before_start(spec: dict, error: BaseException) -> AttemptResult:
+    """The result of an attempt whose workload module raised while a child imported it (call in ``except``)."""
+    return AttemptResult(ok=False, failure=describe_failure(error), failure_detail=_tail(traceback.format_exc()),
+                         torch_threads=spec["threads"], threads_requested=spec["threads"], workload=spec["workload"],
+                         conditions=dict(spec["conditions"]), warmup=spec["warmup"], steps=spec["steps"])
+
+
+def measured_threads(per_step: list[int], requested: int, at_end: int) -> dict:
+    """``torch_threads``, ``threads_requested`` and ``threads_note`` from the counts read after each step.
+
+    Args:
+        per_step: ``torch.get_num_threads()`` after each measured step (``TimedSteps.threads``).
+        requested: the count the attempt pinned.
+        at_end: the count at the attempt's end, used when no measured step ran.
+
+    Returns:
+        The three ``AttemptResult`` fields: the measured count (the one most steps ran with,
+        the later one on a tie), the requested one, and a note when they differ.
+    """
+    seen = list(per_step) or [at_end]
+    counts = {count: seen.count(count) for count in seen}
+    measured = max(reversed(seen), key=lambda count: counts[count])
+    note = None
+    if any(count != requested for count in seen):
+        where = "after the measured steps" if per_step else "at the end of the attempt (no measured step ran)"
+        found = ", ".join(f"{count} ({n} step{'s' if n != 1 else ''})" if per_step else str(count)
+                          for count, n in counts.items())
+        note = (f"torch's intra-op thread count was pinned to {requested} but measured {found} {where}: "
+                f"the workload changed it (torch.set_num_threads?); recorded as {measured}")
+    return {"torch_threads": measured, "threads_requested": requested, "threads_note": note}
 
 
 def _localise_non_finite(workload_name: str, conditions: dict, good_steps: int,
@@ -395,8 +464,8 @@ def _localise_non_finite(workload_name: str, conditions: dict, good_steps: int,
         for _ in range(good_steps):
             replayed.step()
         record = probe_correctness(replayed, batch=replayed.next_batch())
-    except Exception as error:  # noqa: BLE001 - the attempt has failed already; say why this did too
-        return None, f"replaying for the probe failed: {_describe_exception(error)}"
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - the attempt has failed already; say why this did too
+        return None, f"replaying for the probe failed: {describe_failure(error)}"
     finally:
         if replayed is not None and callable(getattr(replayed, "close", None)):
             replayed.close()
@@ -437,13 +506,15 @@ def _resolve_count(name: str, given: int | None, conditions: dict, default: int,
 
 def prepare_spec(workload_name: str, conditions: dict, *, warmup: int | None, steps: int | None,
                  threads: int | None, timeout_s: float, probe: bool, supervised: bool,
-                 import_workload: bool = True) -> dict:
+                 import_workload: bool = False) -> dict:
     """Check the arguments of an attempt and return its spec (what a child needs to run it).
 
     Args:
-        import_workload: find the factory here, importing its module (in-process attempts and
-            the spawn runner). ``False`` checks only the name's form: the fork runner's server
-            imports the module, under supervision.
+        import_workload: find the factory here, importing its module: only for an in-process
+            attempt, which runs the module's code here anyway. ``False`` (supervised attempts)
+            checks only the name's form: the module's code runs in children only (the fork
+            runner's server imports it under supervision; a spawned child resolves it first
+            and refuses a name that does not resolve).
 
     Raises:
         ValueError: see :func:`run_attempt`.
@@ -495,6 +566,17 @@ def kill_group(pgid: int) -> None:
         pass
 
 
+def end_child(pid: int) -> None:
+    """End a supervised child and everything below it: its descendants in sessions of their own too.
+
+    The child is a subreaper (``_contain``), so while it lives every process it started, even
+    one that left its process group and was orphaned, is still in its tree; the tree is
+    stopped, then killed, then the child's process group.
+    """
+    kill_tree(pid, include_root=True)
+    kill_group(pid)
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -507,12 +589,22 @@ def exit_reason(exitcode: int) -> str:
     return f"killed by signal {signal_name(-exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
 
 
+class WorkloadRefused(ValueError):
+    """A supervised child found that the workload's name does not resolve (no such module or factory)."""
+
+
 def read_payload(result_path: Path) -> tuple[dict | None, str | None]:
-    """The result a child wrote, or ``None`` and why it cannot be used (``None`` when absent)."""
+    """The result a child wrote, or ``None`` and why it cannot be used (``None`` when absent).
+
+    Raises:
+        WorkloadRefused: the child wrote a refusal instead (:func:`write_refusal`).
+    """
     if not result_path.exists():
         return None, None
     try:
         stored = read_json(result_path, "the attempt result")
+        if "refused" in stored:
+            raise WorkloadRefused(str(stored["refused"]))
         payload = stored.get("result")
         if not isinstance(payload, dict):
             raise FormatError("the attempt result has no 'result' object")
@@ -524,6 +616,11 @@ def read_payload(result_path: Path) -> tuple[dict | None, str | None]:
 def write_result(result_path: str | os.PathLike, result: AttemptResult) -> None:
     """Write a child's result for :func:`read_payload` (atomically)."""
     write_json_atomic(result_path, {"result": result.to_dict()})
+
+
+def write_refusal(result_path: str | os.PathLike, message: str) -> None:
+    """Write, instead of a result, that the workload's name does not resolve (:class:`WorkloadRefused`)."""
+    write_json_atomic(result_path, {"refused": message})
 
 
 def result_of_ending(spec: dict, *, timeout_s: float, runner: str, wall_s: float, exitcode: int | None,
@@ -543,6 +640,7 @@ def result_of_ending(spec: dict, *, timeout_s: float, runner: str, wall_s: float
         "wall_s": wall_s,
         "exitcode": exitcode,
         "runner": runner,
+        "threads_requested": spec["threads"],
     }
     if timed_out:
         return AttemptResult(ok=False, failure=_timeout_reason(timeout_s), failure_detail=log_tail or None,
@@ -562,42 +660,70 @@ def result_of_ending(spec: dict, *, timeout_s: float, runner: str, wall_s: float
     return AttemptResult.from_dict({**payload, **base})
 
 
-def run_spawned(spec: dict, timeout_s: float) -> AttemptResult:
-    """The spawn runner: a fresh ``python -m mlflow_perfgate.workloads._child`` for the attempt."""
+@dataclass
+class Spawned:
+    """How a spawned, contained child ended (:func:`spawn_contained`)."""
+
+    exitcode: int
+    timed_out: bool
+    wall_s: float
+    log_tail: str
+
+
+def spawn_contained(spec: dict, result_path: Path, timeout_s: float, log_path: Path) -> Spawned:
+    """Run ``python -m mlflow_perfgate.workloads._child SPEC RESULT`` for ``spec``, contained.
+
+    The child starts under ``python -m mlflow_perfgate._contain keep``: a keeper with a
+    parent-death signal towards this process and a subreaper, which runs the child (itself a
+    subreaper, with a parent-death ``SIGKILL``), ends whatever it left and exits as it did. On
+    a timeout or an interrupt here, the whole tree is stopped and killed (:func:`end_child`).
+    """
     started = time.perf_counter()
+    spec_path = result_path.with_name("spec.json")
+    write_json_atomic(spec_path, {"spec": spec})
+    command = [sys.executable, "-m", _CONTAIN_MODULE, "keep", str(os.getpid()), _CHILD_MODULE,
+               str(spec_path), str(result_path)]
+    timed_out = False
+    with open(log_path, "wb") as log:
+        # A session of its own makes the child a process-group leader, so one killpg also
+        # ends the workers it forked.
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, env=child_env(),
+                                   start_new_session=True)
+        try:
+            exitcode = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            end_child(process.pid)
+            exitcode = process.wait()
+        except BaseException:
+            end_child(process.pid)
+            process.wait()
+            raise
+        finally:
+            # Workers orphaned by a crashed child would otherwise outlive the attempt.
+            kill_group(process.pid)
+    return Spawned(exitcode=exitcode, timed_out=timed_out, wall_s=time.perf_counter() - started,
+                   log_tail=_tail(log_path.read_text(errors="replace")))
+
+
+def run_spawned(spec: dict, timeout_s: float) -> AttemptResult:
+    """The spawn runner: a fresh, contained ``python -m mlflow_perfgate.workloads._child`` for the attempt.
+
+    Raises:
+        WorkloadRefused: the child found that the workload's name does not resolve.
+    """
     with tempfile.TemporaryDirectory(prefix="perfgate-attempt-") as tmp:
-        spec_path, result_path, log_path = (Path(tmp) / n for n in ("spec.json", "result.json", "child.log"))
-        write_json_atomic(spec_path, {"spec": spec})
-        command = [sys.executable, "-m", _CHILD_MODULE, str(spec_path), str(result_path)]
-        timed_out = False
-        with open(log_path, "wb") as log:
-            # A session of its own makes the child a process-group leader, so one killpg also
-            # ends the workers it forked.
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, env=child_env(),
-                                       start_new_session=True)
-            try:
-                exitcode = process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                kill_group(process.pid)
-                exitcode = process.wait()
-            except BaseException:
-                kill_group(process.pid)
-                process.wait()
-                raise
-            finally:
-                # Workers orphaned by a crashed child would otherwise outlive the attempt.
-                kill_group(process.pid)
-        wall_s = time.perf_counter() - started
-        log_tail = _tail(log_path.read_text(errors="replace"))
-        payload = None
-        if not timed_out:
+        result_path = Path(tmp) / "result.json"
+        ended = spawn_contained(spec, result_path, timeout_s, Path(tmp) / "child.log")
+        log_tail, payload = ended.log_tail, None
+        if not ended.timed_out:
             payload, note = read_payload(result_path)
             if note:
                 log_tail = f"{note}\n{log_tail}"
-    return result_of_ending(spec, timeout_s=timeout_s, runner="spawn", wall_s=wall_s, exitcode=exitcode,
-                            timed_out=timed_out, payload=payload, log_tail=log_tail)
+    return result_of_ending(spec, timeout_s=timeout_s, runner="spawn", wall_s=ended.wall_s,
+                            exitcode=ended.exitcode, timed_out=ended.timed_out, payload=payload,
+                            log_tail=log_tail)
 
 
 def run_attempt(
@@ -644,7 +770,8 @@ def run_attempt(
         The :class:`AttemptResult`.
 
     Raises:
-        ValueError: an unknown workload, a bad ``warmup``/``steps``/``threads``/``timeout_s``,
+        ValueError: an unknown workload (for a supervised attempt, found by its child:
+            :class:`WorkloadRefused`), a bad ``warmup``/``steps``/``threads``/``timeout_s``,
             ``warmup``/``steps`` that disagree with the same keys in ``conditions``, (for a
             supervised attempt) conditions that JSON cannot carry, a ``runner`` that is not a
             runner or a kind, or a ``runner`` with ``supervised=False``.
@@ -653,7 +780,7 @@ def run_attempt(
     if not supervised:
         if runner is not None:
             raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
-        spec = prepare_spec(workload_name, conditions, supervised=False, **arguments)
+        spec = prepare_spec(workload_name, conditions, supervised=False, import_workload=True, **arguments)
         return execute_in_process(spec["workload"], conditions, warmup=spec["warmup"], steps=spec["steps"],
                                   threads=spec["threads"], probe=probe, timeout_s=timeout_s)
     from ._runner import AttemptRunner, attempt_runner, runner_kind
@@ -661,7 +788,8 @@ def run_attempt(
     if isinstance(runner, AttemptRunner):
         return runner.run(workload_name, conditions, **arguments)
     kind = runner_kind("spawn" if runner is None else runner)
-    # Bad arguments raise before any process starts.
-    prepare_spec(workload_name, conditions, supervised=True, import_workload=kind == "spawn", **arguments)
+    # Bad arguments raise before any process starts; the workload's module is imported in
+    # children only (a name that does not resolve is refused by the child, as ValueError).
+    prepare_spec(workload_name, conditions, supervised=True, **arguments)
     with attempt_runner(kind) as owned:
         return owned.run(workload_name, conditions, **arguments)

@@ -27,20 +27,24 @@ from pathlib import Path
 from typing import Any
 
 from ._attempt import (
+    _CONTAIN_MODULE,
     DEFAULT_TIMEOUT_S,
     AttemptResult,
+    WorkloadRefused,
     child_env,
+    end_child,
     exit_reason,
     kill_group,
     prepare_spec,
     read_payload,
     result_of_ending,
     run_spawned,
+    spawn_contained,
 )
 from ._attempt import _tail as tail
 from ._interface import workload_target
 from ._interleave import run_pair
-from ._wire import FormatError, decode_line, encode_line
+from ._wire import FormatError, decode_line, encode_line, read_json
 
 __all__ = ["AttemptRunner", "ForkRunner", "RUNNER_KINDS", "SpawnRunner", "attempt_runner", "fork_available"]
 
@@ -111,6 +115,28 @@ class AttemptRunner:
         """
         raise NotImplementedError(f"{type(self).__name__} does not run step-interleaved attempts")
 
+    def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
+        """Whether a workload's name resolves, found in a child: its module is never imported here.
+
+        What a comparison calls before it writes anything. A runner that cannot check (one of
+        a caller's own subclasses) says nothing: ``None``.
+
+        Args:
+            workload_name: the workload, as :meth:`run` takes it.
+            timeout_s: how long the import may take.
+
+        Returns:
+            ``None`` when the module imported and has the factory; otherwise why the import
+            failed in a way that the attempts will meet and report themselves (it crashed,
+            hung past ``timeout_s`` or raised).
+
+        Raises:
+            ValueError: a malformed name, or a name that does not resolve (no such module,
+                an ``ImportError``, no such factory): :class:`WorkloadRefused`.
+        """
+        workload_target(workload_name)
+        return None
+
     def close(self) -> None:
         """Release what the runner holds. Safe to call twice."""
 
@@ -127,8 +153,9 @@ class AttemptRunner:
 class SpawnRunner(AttemptRunner):
     """A fresh interpreter per attempt (``python -m mlflow_perfgate.workloads._child``).
 
-    As supervised attempts ran before runners existed: the caller imports the workload's module
-    to check its name, and every child imports torch again.
+    As supervised attempts ran before runners existed, except that the caller never imports the
+    workload's module: each child resolves the name first and refuses one that does not
+    resolve (``ValueError`` from :meth:`run`). Every child imports torch again.
     """
 
     kind = "spawn"
@@ -146,6 +173,22 @@ class SpawnRunner(AttemptRunner):
                         timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
         return run_pair(run_spawned, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                         threads=threads, probe=probe, timeout_s=timeout_s, import_workload=True)
+
+    def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
+        workload_target(workload_name)
+        with tempfile.TemporaryDirectory(prefix="perfgate-check-") as tmp:
+            result_path = Path(tmp) / "result.json"
+            ended = spawn_contained({"task": "check", "workload": workload_name}, result_path, float(timeout_s),
+                                    Path(tmp) / "child.log")
+            if ended.timed_out:
+                return f"importing its module did not finish within {float(timeout_s)}s"
+            try:
+                stored = read_json(result_path, "the check's result")
+            except (OSError, FormatError) as error:
+                return f"the importing child {exit_reason(ended.exitcode)} ({error})\n{ended.log_tail}"
+        if "refused" in stored:
+            raise WorkloadRefused(str(stored["refused"]))
+        return stored.get("import_failed")
 
 
 class _ServerGone(Exception):
@@ -170,7 +213,8 @@ class _Server:
 
     def __init__(self, scratch: Path, number: int, preload: str | None) -> None:
         self.log_path = scratch / f"server-{number}.log"
-        command = [sys.executable, "-m", _SERVER_MODULE]
+        # Contained (_contain run): it dies with this process, and adopts its children's orphans.
+        command = [sys.executable, "-m", _CONTAIN_MODULE, "run", str(os.getpid()), _SERVER_MODULE]
         if preload:
             command += ["--preload", preload, str(scratch)]
         with open(self.log_path, "wb") as log:
@@ -186,8 +230,9 @@ class _Server:
     @staticmethod
     def _kill_process(process: subprocess.Popen, children: set[int]) -> None:
         if process.poll() is None:
-            # Its own process group (its children have sessions of their own).
-            kill_group(process.pid)
+            # The server and its whole tree (a subreaper, it holds every process below it, even
+            # one that left its child's session), then its own process group.
+            end_child(process.pid)
         for pid in list(children):
             kill_group(pid)
         for stream in (process.stdin, process.stdout):
@@ -328,8 +373,9 @@ class ForkRunner(AttemptRunner):
         Returns:
             ``pid``, ``threads`` (its ``Threads:`` count), ``cuda_initialized``,
             ``torch_ops`` (aten operations seen during its imports), ``preloaded`` (workload
-            modules imported there), ``not_preloaded`` (workload -> why not), ``warm_failures``
-            and ``warm_s``.
+            modules imported there), ``not_preloaded`` (workload -> why not), ``warm_failures``,
+            ``warm_s`` and ``containment`` (``'parent-death signal, subreaper'``, or why
+            ``prctl`` is unavailable here).
 
         Raises:
             RuntimeError: the server died or did not answer within ``timeout_s``.
@@ -357,7 +403,7 @@ class ForkRunner(AttemptRunner):
             steps: int | None = None, threads: int | None = None, probe: bool = True,
             timeout_s: float = DEFAULT_TIMEOUT_S) -> AttemptResult:
         spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps, threads=threads,
-                            timeout_s=timeout_s, probe=probe, supervised=True, import_workload=False)
+                            timeout_s=timeout_s, probe=probe, supervised=True)
         with self._lock:
             result = self._run_spec(spec, float(timeout_s))
         return dataclasses.replace(result, conditions=dict(conditions))
@@ -372,6 +418,27 @@ class ForkRunner(AttemptRunner):
 
         return run_pair(run_spec, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                         threads=threads, probe=probe, timeout_s=timeout_s, import_workload=False)
+
+    def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
+        """The server's supervised import is the check (:meth:`AttemptRunner.check`)."""
+        workload_target(workload_name)
+        with self._lock, tempfile.TemporaryDirectory(prefix="perfgate-check-") as tmp:
+            request = {"op": "check", "workload": workload_name, "result": str(Path(tmp) / "result.json"),
+                       "log": str(Path(tmp) / "child.log"), "cwd": os.getcwd(), "env": child_env(),
+                       "path": [os.path.abspath(p) for p in sys.path if p]}
+            server = self._live_server()
+            try:
+                ending = self._exchange(server, request, time.monotonic() + float(timeout_s))
+            except BaseException:
+                self._discard(server)
+                raise
+        if ending.how == "refused":
+            raise WorkloadRefused(ending.note)
+        if ending.how == "timeout":
+            return f"importing its module did not finish within {float(timeout_s)}s"
+        if ending.how == "server_died":
+            return f"the attempt server died while it checked the workload: {ending.reason}"
+        return ending.note or None
 
     def _run_spec(self, spec: dict, timeout_s: float) -> AttemptResult:
         started = time.perf_counter()
@@ -397,14 +464,15 @@ class ForkRunner(AttemptRunner):
             if ending.how == "exited" and ending.phase == "attempt":
                 payload, note = read_payload(result_path)
         if ending.how == "refused":
-            raise ValueError(ending.note)
+            raise WorkloadRefused(ending.note)
         if note:
             log_tail = f"{note}\n{log_tail}"
         if ending.note:
             log_tail = f"{ending.note}\n{log_tail}" if log_tail else ending.note
         if ending.how == "server_died":
             return AttemptResult(ok=False, failure=f"attempt server died: {ending.reason}", failure_detail=log_tail,
-                                 torch_threads=spec["threads"], workload=spec["workload"], warmup=spec["warmup"],
+                                 torch_threads=spec["threads"], threads_requested=spec["threads"],
+                                 workload=spec["workload"], warmup=spec["warmup"],
                                  steps=spec["steps"], supervised=True, wall_s=wall_s, runner="fork")
         died_detail = None
         if ending.phase == "import":
@@ -450,7 +518,8 @@ class ForkRunner(AttemptRunner):
                     if child is not None:
                         # Workers orphaned by a crashed child would otherwise outlive the attempt.
                         kill_group(child)
-                    return _Ending("exited", phase=event.get("phase", "attempt"), exitcode=event.get("exitcode"))
+                    return _Ending("exited", phase=event.get("phase", "attempt"), exitcode=event.get("exitcode"),
+                                   note=event.get("note") or "")
         except _ServerGone:
             return self._server_died(server, child)
 

@@ -17,12 +17,19 @@ child imports it itself, as a spawned child would. An import that crashes or han
 that child.
 
 Protocol: one versioned JSON object a line (``_wire``), requests on stdin, events on stdout; the
-server's own log is stderr. Requests ``run`` (an attempt), ``status`` and ``exit``; end of
-stdin (the runner is gone) also ends the server, and with it the attempt in flight. A request's
-events are ``started`` and ``exited`` for each child (with its pid, so that the runner can kill
-its process group on a timeout) and a last ``done`` (``outcome`` ``exited`` or ``refused``, a
+server's own log is stderr. Requests ``run`` (an attempt), ``check`` (whether a workload's name
+resolves: the supervised import alone), ``status`` and ``exit``; end of stdin (the runner is
+gone) also ends the server, and with it the attempt in flight. A request's events are
+``started`` and ``exited`` for each child (with its pid, so that the runner can kill its process
+group on a timeout) and a last ``done`` (``outcome`` ``exited``, ``checked`` or ``refused``, a
 workload name that cannot be resolved). The server reports how its children end; the runner
 enforces timeouts and turns every ending into an :class:`AttemptResult`.
+
+Containment (``mlflow_perfgate._contain``): the server starts under ``_contain run``, with a
+parent-death SIGTERM towards the runner, which it handles by killing its whole tree; it is a
+subreaper and, after each child has ended, kills and reaps whatever that child left. Each child
+arms a parent-death SIGKILL towards the server first thing, becomes a subreaper itself and kills
+its descendants when it ends (``_child.exit_now``).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .. import _contain
 from ._attempt import exit_reason, kill_group
 from ._child import exit_now, run_spec
 from ._interface import resolve_workload, workload_target
@@ -157,7 +165,9 @@ class Server:
         """Wait for child ``pid`` to end and return its exit code (negative: a signal).
 
         Standard input is watched meanwhile: if the runner goes away, the child's process
-        group is killed and the server ends.
+        group is killed and the server ends. Once the child has ended, whatever it left is
+        killed: the server is a subreaper, so a process the child started in a session of its
+        own, orphaned when the child died (a crash, a kill on a timeout), is the server's now.
         """
         try:
             pidfd = os.pidfd_open(pid)
@@ -175,17 +185,28 @@ class Server:
                     try:
                         self._fill()
                     except _ParentGone:
+                        _contain.kill_tree()
                         kill_group(pid)
                         os.waitpid(pid, 0)
                         raise
         finally:
             if pidfd is not None:
                 os.close(pidfd)
+            # The server's only child was this one: every other is an orphan it adopted.
+            _contain.kill_tree()
+            _contain.reap_children()
 
     # -- children ---------------------------------------------------------------------------
 
-    def become_child(self, request: dict) -> None:
-        """In a freshly forked child: a session, stdio, signals, directory and environment of its own."""
+    def become_child(self, request: dict, server: int) -> None:
+        """In a freshly forked child: a session, stdio, signals, directory and environment of its own.
+
+        First of all it dies with the server (``server``, its parent: a parent-death
+        ``SIGKILL``, which the workload cannot handle) and becomes a subreaper, so that what
+        it starts stays below it until it ends (``_child.exit_now``).
+        """
+        _contain.die_with_parent(server, signal.SIGKILL)
+        _contain.become_subreaper()
         # Its own session and process group: the runner's killpg on a timeout ends its workers too.
         os.setsid()
         for number, handler in self.initial_handlers.items():
@@ -216,11 +237,12 @@ class Server:
         """Fork a child that runs ``body()`` (its exit code) and never returns here."""
         sys.stdout.flush()
         sys.stderr.flush()
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                self.become_child(request)
+                self.become_child(request, server)
                 code = body()
             except SystemExit as error:
                 code = error.code if isinstance(error.code, int) else (0 if error.code is None else 1)
@@ -259,7 +281,8 @@ class Server:
             except ValueError as error:
                 verdict = {"refused": str(error)}
             except BaseException as error:  # noqa: BLE001 - the attempt's own child will say it again
-                verdict = {"preload": False, "reason": f"importing it raised {type(error).__name__}: {error}"}
+                verdict = {"preload": False, "reason": f"importing it raised {type(error).__name__}: {error}",
+                           "import_failed": True}
                 traceback.print_exc()
             else:
                 settle()
@@ -280,7 +303,8 @@ class Server:
         exitcode = self.wait_child(pid)
         self.send({"event": "exited", "pid": pid, "phase": "import", "exitcode": exitcode})
         if exitcode != 0:
-            return {"preload": False, "reason": f"the importing child {exit_reason(exitcode)}"}, exitcode
+            return {"preload": False, "reason": f"the importing child {exit_reason(exitcode)}",
+                    "import_failed": True}, exitcode
         try:
             verdict = read_json(verdict_path, "the import verdict")["verdict"]
         except (OSError, FormatError, KeyError) as error:
@@ -298,6 +322,27 @@ class Server:
                     self.preloaded.append(module_name)
                 gc.freeze()
         return verdict, None
+
+    def check(self, request: dict) -> None:
+        """Whether ``request['workload']`` resolves: its import vetted in a child (:meth:`vet`), once.
+
+        Its ``done`` event is ``refused`` (the name does not resolve) or ``checked``, with a
+        ``note`` when the import failed otherwise (it crashed, hung or raised: the attempts
+        will fail, each saying why).
+        """
+        for entry in request.get("path", []):
+            if entry not in sys.path:
+                sys.path.append(entry)
+        workload = request["workload"]
+        verdict = self.verdicts.get(workload)
+        if verdict is None:
+            verdict, _ = self.vet(workload, request)
+            self.verdicts[workload] = verdict
+        if "refused" in verdict:
+            self.send({"event": "done", "outcome": "refused", "message": verdict["refused"]})
+            return
+        note = verdict.get("reason") if verdict.get("import_failed") else None
+        self.send({"event": "done", "outcome": "checked", "phase": "import", "note": note})
 
     def run(self, request: dict) -> None:
         spec = request["spec"]
@@ -335,6 +380,7 @@ class Server:
                               for name, v in self.verdicts.items() if not v.get("preload")},
             "warm_failures": dict(self.warm_failures),
             "warm_s": self.warm_s,
+            "containment": _contain.UNAVAILABLE or "parent-death signal, subreaper",
         }
 
     # -- life -------------------------------------------------------------------------------
@@ -370,6 +416,8 @@ class Server:
                 op = request.get("op")
                 if op == "run":
                     self.run(request)
+                elif op == "check":
+                    self.check(request)
                 elif op == "status":
                     self.send(self.status())
                 elif op == "exit":
@@ -394,7 +442,17 @@ def main(argv: list[str] | None = None) -> int:
     os.close(null)
     os.dup2(2, 1)
     faulthandler.enable()
-    return Server(requests, events).serve(preload, scratch)
+    server = Server(requests, events)
+    # Started by ``_contain run``: a parent-death SIGTERM towards the runner, and a subreaper.
+    # The runner gone, nothing below the server may outlive it (children get their SIGTERM
+    # back, as every other handler, in become_child).
+    signal.signal(signal.SIGTERM, _end_everything)
+    return server.serve(preload, scratch)
+
+
+def _end_everything(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature
+    _contain.kill_tree()
+    os._exit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ class TimedSteps:
             without a sampler or the sampler was unavailable.
         contention_status: the sampler's status (``"measured"`` or ``"unavailable: <why>"``),
             ``None`` when the loop ran without a sampler.
+        threads: ``torch.get_num_threads()`` after each completed step (outside the clock),
+            parallel to ``times_ms``: the count the step ran with, whatever was pinned.
     """
 
     def __init__(self) -> None:
@@ -80,6 +82,7 @@ class TimedSteps:
         self.failure_detail: str | None = None
         self.contention: list[StepContention] = []
         self.contention_status: str | None = None
+        self.threads: list[int] = []
 
 
 def time_steps(
@@ -143,6 +146,7 @@ def time_steps(
             return samples
         samples.times_ms.append(elapsed_ms)
         samples.losses.append(loss)
+        samples.threads.append(torch.get_num_threads())
         if sampling:
             samples.contention.append(sampler.delta(before, after, elapsed_ms, sample_cost * 1e6))
         if deadline is not None and time.perf_counter() > deadline:

@@ -7,8 +7,11 @@ process, so none of them needs anything beyond the standard library and torch.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -220,3 +223,154 @@ def pollution_checker(conditions: dict) -> _Hostile:
         return 1.0
 
     return _Hostile(conditions, action)
+
+
+# -- contained: what a hostile workload does beyond failing (tests/test_contained.py) --------------
+
+
+def exiter(conditions: dict) -> _Hostile:
+    """``step()`` calls ``sys.exit(conditions['code'])`` (default 0) after ``fail_at`` good steps."""
+    code = int(conditions.get("code", 0))
+    return _Hostile(conditions, lambda: sys.exit(code))
+
+
+def interrupter(conditions: dict) -> _Hostile:
+    """``step()`` raises ``KeyboardInterrupt`` after ``fail_at`` good steps (a Ctrl-C, not a failure)."""
+
+    def action():
+        raise KeyboardInterrupt()
+
+    return _Hostile(conditions, action)
+
+
+def quality_raiser(conditions: dict) -> _Hostile:
+    """Every step is fine; ``quality()`` raises ``RuntimeError('quality boom')``."""
+    workload = _Hostile({"fail_at": 10**9}, lambda: 1.0)
+
+    def quality():
+        raise RuntimeError("quality boom")
+
+    workload.quality = quality
+    return workload
+
+
+class _ProbeRaiser(Workload):
+    """A staged workload that trains fine; only the correctness probe's output-contract check raises."""
+
+    tokens_per_step = 8
+
+    def __init__(self, conditions: dict):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.model = nn.Linear(4, 2)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.batch = torch.ones(2, 4)
+
+    def next_batch(self) -> torch.Tensor:
+        return self.batch
+
+    def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        return self.model(batch).pow(2).mean()
+
+    def quality(self) -> float:
+        return 0.5
+
+    def expected_output_shape(self, batch: torch.Tensor) -> tuple[int, ...]:
+        raise RuntimeError("probe boom")
+
+
+def probe_raiser(conditions: dict) -> _ProbeRaiser:
+    """Steps, quality and memory are fine; the probe raises ``RuntimeError('probe boom')``."""
+    return _ProbeRaiser(conditions)
+
+
+def thread_changer(conditions: dict) -> _Hostile:
+    """Steps call ``torch.set_num_threads(conditions['set_threads'])`` from call ``at_call`` (default 1) on."""
+    threads = int(conditions.get("set_threads", 1))
+    at_call = int(conditions.get("at_call", 1))
+    workload = _Hostile({"fail_at": 10**9}, lambda: 1.0)
+
+    def step() -> float:
+        workload.calls += 1
+        if workload.calls >= at_call:
+            torch.set_num_threads(threads)
+        return 1.0
+
+    workload.step = step
+    return workload
+
+
+#: A process that sleeps for ten minutes, started by :func:`daemonizer`.
+_SLEEPER = "import time; time.sleep(600)"
+#: Started by :func:`daemonizer`: starts a sleeper in a session of its own, prints its pid, exits
+#: at once, so the sleeper is orphaned (a double fork, as a daemon does).
+_DOUBLE_FORK = (
+    "import subprocess, sys\n"
+    f"p = subprocess.Popen([sys.executable, '-c', {_SLEEPER!r}], start_new_session=True,\n"
+    "                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+    "print(p.pid)\n"
+)
+
+
+def daemonizer(conditions: dict) -> _Hostile:
+    """``step()`` leaves processes no process-group kill reaches, then does ``conditions['then']``.
+
+    It starts a sleeper in a session of its own (``start_new_session=True``) and another
+    through a double fork (its parent exits at once, so it is orphaned), and writes
+    ``{"child": <this process>, "parent": <its parent>, "sessions": [<the two sleepers>]}`` to
+    ``conditions['pid_file']``. Then: ``return`` (the attempt ends well), ``sleep`` (for an
+    hour: the attempt times out), ``kill`` (SIGKILL to this process) or ``exit`` (``os._exit(0)``
+    without a result).
+    """
+    then = conditions.get("then", "return")
+
+    def action():
+        direct = subprocess.Popen([sys.executable, "-c", _SLEEPER], start_new_session=True,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        orphan = int(subprocess.run([sys.executable, "-c", _DOUBLE_FORK], check=True, capture_output=True,
+                                    text=True).stdout)
+        record = {"child": os.getpid(), "parent": os.getppid(), "sessions": [direct.pid, orphan]}
+        partial = conditions["pid_file"] + ".partial"
+        with open(partial, "w") as handle:
+            json.dump(record, handle)
+        os.replace(partial, conditions["pid_file"])
+        if then == "sleep":
+            time.sleep(3600)
+        elif then == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif then == "exit":
+            os._exit(0)
+        return 1.0
+
+    return _Hostile({"fail_at": 0}, action)
+
+
+class _StagedHostile(_ProbeRaiser):
+    """A staged workload whose ``forward`` does ``conditions['do']`` from call ``at_call`` (default 1) on."""
+
+    def __init__(self, conditions: dict):
+        super().__init__(conditions)
+        self.do = conditions.get("do", "nothing")
+        self.at_call = int(conditions.get("at_call", 1))
+        self.calls = 0
+
+    def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls >= self.at_call:
+            if self.do == "segfault":
+                _segfault()
+            elif self.do == "sleep":
+                time.sleep(3600)
+            elif self.do == "exit":
+                sys.exit(0)
+            elif self.do == "raise":
+                raise RuntimeError("forward boom")
+        return super().forward(batch)
+
+    def expected_output_shape(self, batch: torch.Tensor) -> None:
+        return None
+
+
+def staged_hostile(conditions: dict) -> _StagedHostile:
+    """For a diagnosis: ``forward`` segfaults, sleeps, calls ``sys.exit(0)`` or raises (``do``)."""
+    return _StagedHostile(conditions)
