@@ -370,13 +370,14 @@ def evaluate(group, experiment, stale_after, output_format, **kwargs):
 @cli.command()
 @click.option("--experiment", default=None, help="Experiment name.")
 @click.option("--group", default=None, help="Only this comparison's decisions.")
+@click.option("--suite", "suite_name", default=None, help="Only the decisions of this suite's entries.")
 @click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table")
 @guarded
-def decisions(experiment, group, output_format):
+def decisions(experiment, group, suite_name, output_format):
     """List decision runs, newest first."""
     from mlflow_perfgate.tracking import decisions as query
 
-    frame = query(experiment_name=experiment, group=group)
+    frame = query(experiment_name=experiment, group=group, suite=suite_name)
     if output_format == "json":
         click.echo(frame.to_json(orient="records", date_format="iso", indent=2))
     elif output_format == "csv":
@@ -387,6 +388,8 @@ def decisions(experiment, group, output_format):
         columns = ["start_time", "group", "decision", "reason", "objective", "changed_variable", "baseline_value",
                    "candidate_value", "baseline_median_ms", "candidate_median_ms", "observed_improvement",
                    "memory_reduction", "run_id"]
+        if suite_name is not None:
+            columns[1:1] = ["suite_entry", "suite_decision"]
         click.echo(frame[columns].to_string(index=False, max_colwidth=40))
 
 
@@ -403,6 +406,100 @@ def report(group, experiment):
     if frame.empty:
         raise InputError(f"no decision for group {group!r}; run evaluate first")
     click.echo(read_report(frame.iloc[0]["run_id"]), nl=False)
+
+
+def print_suite(summary: dict, output_format: str) -> None:
+    """The suite's report table (or its JSON), then the tail: the gate's answer, what is open, where to look."""
+    if output_format == "json":
+        shown = {key: value for key, value in summary.items() if key not in ("gate", "results")}
+        click.echo(json.dumps(shown, indent=2, default=str))
+        return
+    from mlflow_perfgate.rules._records import REASONS
+    from mlflow_perfgate.rules._suite import SUITE_REASONS
+
+    click.echo(summary["report"])
+    reason = summary["reason"]
+    tail = [f"suite decision: {summary['decision'].upper()} (exit code {EXIT_CODES[summary['decision']]})",
+            f"why: {SUITE_REASONS.get(reason, reason)} ({reason})"]
+    for entry in summary["entries"]:
+        if entry["verdict"] != "accept":
+            why = SUITE_REASONS.get(entry["reason"]) or REASONS.get(entry["reason"], entry["reason"])
+            tail.append(f"  {entry['name']}: {entry['verdict']} ({entry['reason']}: {why})")
+    if summary.get("suite_run_id"):
+        tail.append(f"suite run: {summary['suite_run_id']}")
+    if summary.get("suite_run_url"):
+        tail.append(f"see it: {summary['suite_run_url']}")
+    click.echo("\n".join(["", *tail]))
+
+
+@cli.group()
+def suite():
+    """One gate over many comparisons (a suite file), the error across its entries controlled.
+
+    Exit codes: 1 if any entry is rejected; else 3 if any needs a rerun; else 4 if any is
+    blocked by correctness; 0 when every entry is accepted; 2 for a usage or input error.
+    """
+
+
+_SUITE_FILE = click.argument("suite_file", metavar="SUITE.toml", type=click.Path(dir_okay=False))
+_SUITE_OVERRIDES = (
+    click.option("--name", default=None, help="The suite's name (overrides [suite] name; its groups follow it)."),
+    click.option("--experiment", default=None, help="Experiment name (overrides [suite] experiment)."),
+    click.option("--alpha", type=click.FloatRange(min=0, max=0.3, min_open=True), default=None,
+                 help="Error rate of the suite's rejects across its entries, in (0, 0.3] [[suite] alpha, else 0.05]."),
+    click.option("--control", type=click.Choice(["holm", "bh"]), default=None,
+                 help="holm: family-wise error (a gate); bh: false-discovery rate (a report of changes) "
+                      "[[suite] control, else holm]."),
+    click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text"),
+)
+
+
+def _suite_options(func):
+    for option in reversed(_SUITE_OVERRIDES):
+        func = option(func)
+    return _SUITE_FILE(func)
+
+
+def _load(suite_file, name, experiment, alpha, control):
+    from mlflow_perfgate.suite import load_suite
+
+    return load_suite(suite_file, name=name, experiment=experiment, alpha=alpha, control=control)
+
+
+@suite.command("run")
+@_suite_options
+@click.option("--resume", is_flag=True, help="Add to groups that already hold attempts (a re-run of the suite).")
+@click.option("--in-process", is_flag=True, help="Run every entry's attempts in this process (overrides supervised).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@guarded
+def suite_run(suite_file, name, experiment, alpha, control, output_format, resume, in_process, no_progress):
+    """Run every entry's comparison (round-robin by ABBA rounds), collect the recorded ones, decide once."""
+    import dataclasses
+
+    spec = _load(suite_file, name, experiment, alpha, control)
+    if in_process:
+        spec = dataclasses.replace(spec, entries=tuple(dataclasses.replace(e, supervised=False) for e in spec.entries))
+    from mlflow_perfgate.suite import run as run_suite
+
+    summary = run_suite(spec, resume=resume, progress=not no_progress,
+                        parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None)
+    print_suite(summary, output_format)
+    exit_for(summary)
+
+
+@suite.command("evaluate")
+@_suite_options
+@click.option("--stale-after", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="A RUNNING attempt older than this counts as failed ('stale'), > 0 [3600].")
+@guarded
+def suite_evaluate(suite_file, name, experiment, alpha, control, output_format, stale_after):
+    """Judge a suite's recorded groups (nothing runs), write the suite decision, exit with its code."""
+    spec = _load(suite_file, name, experiment, alpha, control)
+    from mlflow_perfgate.suite import evaluate as evaluate_suite
+
+    summary = evaluate_suite(spec, stale_after_s=stale_after)
+    print_suite(summary, output_format)
+    exit_for(summary)
 
 
 def _conditions(sets: tuple[str, ...], allow_empty: bool = False) -> dict:
