@@ -59,6 +59,7 @@ def log_attempt(
     failure_detail: str | None = None,
     mem_status: str | None = None,
     pair: int | None = None,
+    commit_time: float | None = None,
 ) -> str:
     """Log one attempt as one MLflow run: create (with its tags), one ``log_batch``, terminate.
 
@@ -93,6 +94,9 @@ def log_attempt(
             the marker, to fit a tag.
         mem_status: ``measured`` or ``estimated``: how ``peak_mem_mib`` was obtained.
         pair: the attempt's ABBA round (``perfgate.pair``), for the paired method.
+        commit_time: the commit time (POSIX seconds) of the ``revision`` condition, tagged
+            ``perfgate.commit_time`` to order a benchmark's history; default: read from git when
+            the revision is a commit of the repository in the working directory.
 
     Returns:
         The run id.
@@ -105,7 +109,7 @@ def log_attempt(
                             validity=validity, experiment_name=experiment_name, parent_run_id=parent_run_id,
                             attempt_id=attempt_id, metrics=metrics, step_times_ms=step_times_ms, tags=tags,
                             environment=environment, failure_detail=failure_detail, mem_status=mem_status,
-                            pair=pair)
+                            pair=pair, commit_time=commit_time)
     return log_checked(checked, journal=journal)
 
 
