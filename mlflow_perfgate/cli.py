@@ -210,7 +210,29 @@ def cli():
 
 
 _RECORD_FIELDS = ("group", "arm", "set", "latency_ms", "quality", "failure", "validity", "metrics", "env",
-                  "attempt_id", "parent_run_id", "experiment")
+                  "attempt_id", "parent_run_id", "experiment", "commit_time")
+
+
+def _commit_time(value, where: str) -> float | None:
+    """POSIX seconds from a number or an ISO 8601 time (``2024-06-01T12:00:00+00:00``; UTC when no zone)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    import datetime
+
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither POSIX seconds nor an ISO 8601 time", param_hint=where) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
 
 
 def _validity(text: str | None, where: str):
@@ -273,6 +295,7 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
                 metrics=item.get("metrics") or None, environment=item.get("env") or None,
                 attempt_id=item.get("attempt_id"), parent_run_id=item.get("parent_run_id", defaults["parent_run_id"]),
                 experiment_name=item.get("experiment", defaults["experiment"]),
+                commit_time=_commit_time(item.get("commit_time", defaults["commit_time"]), where),
             ))
     if not attempts:
         raise click.BadParameter(f"{source!r} holds no attempt", param_hint="--from-jsonl")
@@ -298,14 +321,17 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
 @click.option("--attempt-id", default=None, help="A unique id: a retried record with the same id counts once.")
 @click.option("--parent-run-id", default=None, help="A comparison run to nest the attempt under [$MLFLOW_RUN_ID].")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
+@click.option("--commit-time", default=None, metavar="TIME",
+              help="The commit time of the revision condition, POSIX seconds or ISO 8601 (orders the benchmark's "
+                   "history; default: from git when the revision is a commit of the repository here).")
 @click.option("--from-jsonl", "from_jsonl", default=None, metavar="FILE",
               help="Many attempts, one JSON object per line (- for stdin) with record's options as fields "
                    "(group, arm, set, latency_ms, quality, failure, validity, metrics, env, attempt_id, "
-                   "parent_run_id, experiment); the options above are the defaults of every line. Every "
+                   "parent_run_id, experiment, commit_time); the options above are the defaults of every line. Every "
                    "line is checked before anything is written.")
 @guarded
 def record(group, arm, conditions, condition_list, allow_empty, latency_ms, quality, failure, validity, metrics,
-           environment, attempt_id, parent_run_id, experiment, from_jsonl):
+           environment, attempt_id, parent_run_id, experiment, commit_time, from_jsonl):
     """Log attempts from a shell (a workload not written in Python); prints each run id."""
     if condition_list:
         conditions = conditions + tuple(item for item in condition_list.split(";") if item.strip())
@@ -318,7 +344,8 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
         if given:
             raise click.UsageError(f"--from-jsonl takes each attempt's outcome from its line; drop {', '.join(given)}")
         attempts = _jsonl_attempts(from_jsonl, {"group": group, "arm": arm, "conditions": parsed,
-                                                "parent_run_id": parent_run_id, "experiment": experiment})
+                                                "parent_run_id": parent_run_id, "experiment": experiment,
+                                                "commit_time": commit_time})
     else:
         for name, value in (("--group", group), ("--arm", arm)):
             if value is None:
@@ -330,6 +357,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
                                                                           "--metric") or None,
             environment=parse_assignments(environment, "--env") or None, attempt_id=attempt_id,
             parent_run_id=parent_run_id, experiment_name=experiment,
+            commit_time=_commit_time(commit_time, "--commit-time"),
         )]
     from mlflow_perfgate.errors import InputError
     from mlflow_perfgate.tracking._inputs import check_attempt
@@ -638,6 +666,112 @@ def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallbac
     print_decision(outcome["decision"], "text")
     if gate:
         exit_for(outcome["decision"])
+
+
+def history_options(func):
+    """The settings of ``rules.find_change_points``, derived from ``HISTORY_SETTINGS``."""
+    from mlflow_perfgate.rules._history import HISTORY_SETTINGS, TESTS
+
+    options = [_setting_option(setting) for setting in HISTORY_SETTINGS]
+    options.append(click.option("--test", type=click.Choice(TESTS), default="permutation", show_default=True,
+                                help="The latency test: permutation (E-Divisive, robust to outlier revisions) or t "
+                                     "(Otava's t-test, flags a single trailing revision)."))
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@cli.command()
+@click.option("--benchmark", default=None, metavar="KEY",
+              help="The benchmark's key (or a prefix; --list shows them); needed when the selection matches several.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="A condition: with --bisect the fixed conditions of the comparisons; otherwise only attempts "
+                   "with this value.")
+@click.option("--group-prefix", default=None, help="Only attempts of groups whose name starts with this.")
+@click.option("--experiment", default=None, help="Experiment name.")
+@click.option("--list", "list_only", is_flag=True, help="List the benchmarks found (key, revisions, attempts) and stop.")
+@history_options
+@click.option("--stale-after", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="A RUNNING attempt older than this counts as failed ('stale'), > 0 [3600].")
+@click.option("--no-log", is_flag=True, help="Print the history without logging a history run.")
+@click.option("--bisect", "bisect_range", nargs=2, default=None, metavar="GOOD BAD",
+              help="Narrow a regression between two revisions of the git repository here to one commit, comparing "
+                   "revisions (git worktrees) against GOOD; every decision already recorded is reused.")
+@click.option("--workload", default=None, help="With --bisect: the workload factory module:function (it finds each "
+              "revision's checkout with mlflow_perfgate.history.revision_worktree).")
+@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
+              help="With --bisect: attempts per arm of each comparison.")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="With --bisect: add attempt pairs while a comparison is undecided, up to this many per arm.")
+@click.option("--margin", type=click.FloatRange(min=0), default=0.05, show_default=True,
+              help="With --bisect: the slowdown against GOOD tolerated before a revision is bad.")
+@click.option("--method", type=click.Choice(["paired", "robust"]), default="paired", show_default=True,
+              help="With --bisect: how each comparison decides.")
+@click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
+              help="With --bisect: any threshold of the comparisons (min_valid_runs=3).")
+@click.option("--in-process", is_flag=True, help="With --bisect: run attempts in this process.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0,
+              show_default=True, help="With --bisect: per-attempt wall-clock limit, seconds.")
+@click.option("--keep-worktrees", is_flag=True, help="With --bisect: leave the revisions' checkouts in place.")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@guarded
+def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, no_log, bisect_range, workload,
+            attempts, max_attempts, margin, method, extra_thresholds, in_process, timeout_s, keep_worktrees,
+            output_format, test, **settings):
+    """A benchmark's series over revisions: change points, labelled, logged as a history run; or --bisect.
+
+    The benchmark is every condition but the revision, and the host, CPU model and torch version.
+    With --bisect exits 0 once the first bad commit is found, 1 when BAD shows no regression
+    against GOOD, 3 when the evidence cannot narrow it to one commit.
+    """
+    conditions = _conditions(sets)
+    if bisect_range:
+        if workload is None:
+            raise click.UsageError("--bisect needs --workload (the factory that runs a revision's code)")
+        thresholds = collect_policy({"extra_thresholds": extra_thresholds})
+        from mlflow_perfgate.history import bisect
+
+        good, bad = bisect_range
+        outcome = bisect(good, bad, workload=workload, conditions=conditions, attempts=attempts,
+                         max_attempts=max_attempts, margin=margin, method=method, supervised=not in_process,
+                         timeout_s=timeout_s, experiment_name=experiment, keep_worktrees=keep_worktrees,
+                         on_step=None if output_format == "json" else click.echo, **thresholds)
+        if output_format == "json":
+            click.echo(json.dumps(outcome, indent=2, default=str))
+        sys.exit({"found": 0, "not_bad": 1}.get(outcome["status"], 3))
+    from mlflow_perfgate.tracking import DEFAULT_STALE_AFTER_S
+    from mlflow_perfgate.tracking._history import analyze, benchmark_lines, load_benchmarks
+
+    stale = DEFAULT_STALE_AFTER_S if stale_after is None else stale_after
+    if list_only:
+        _, found = load_benchmarks(experiment_name=experiment, conditions=conditions, group_prefix=group_prefix,
+                                   stale_after_s=stale)
+        if output_format == "json":
+            click.echo(json.dumps({key: {"conditions": b.conditions, "env": b.env, "revisions": len(b.revisions),
+                                         "attempts": b.attempts} for key, b in found.items()}, indent=2))
+        elif not found:
+            click.echo("no benchmarks with a revision condition")
+        else:
+            for line in benchmark_lines(found):
+                click.echo(line)
+        return
+    payload = analyze(experiment_name=experiment, benchmark=benchmark, conditions=conditions,
+                      group_prefix=group_prefix, stale_after_s=stale, test=test, log=not no_log,
+                      parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None, **settings)
+    if output_format == "json":
+        shown = {k: v for k, v in payload.items() if k not in ("change_point_records", "report")}
+        click.echo(json.dumps(shown, indent=2, default=str))
+        return
+    from mlflow_perfgate.tracking._history import change_point_line
+
+    click.echo(payload["report"])
+    points = payload["change_point_records"]
+    tail = [f"benchmark {payload['benchmark']}: {len(payload['revisions'])} revisions, {len(points)} change points"]
+    tail += [f"  {change_point_line(point)}" for point in points]
+    if payload["history_run_id"]:
+        tail.append(f"history run: {payload['history_run_id']}")
+        tail.append(f"see it: {payload['history_run_url']}")
+    click.echo("\n".join(tail))
 
 
 @cli.command()
