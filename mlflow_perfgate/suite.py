@@ -166,7 +166,8 @@ def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> Sui
 
     Every policy is validated here, before anything runs: a latency entry judged by the seed
     method is refused (it has no p-value for the suite's error control); ``method`` defaults to
-    ``robust``.
+    ``robust`` for a latency entry and to ``seed`` for the other objectives (which only the
+    specification-style rule judges; they take part outside the error control).
     """
     if not isinstance(data, dict):
         raise InputError(f"{source}: a suite must be a table")
@@ -275,8 +276,10 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
     if runner not in ("auto", "fork", "spawn"):
         raise InputError(f"{where}: runner must be auto, fork or spawn, got {runner!r}")
     options = {key: merged.get(key) for key in ("method", "mode", "objective", "margin", "alpha", "confidence")}
-    options["method"] = options["method"] or "robust"
     options["objective"] = options["objective"] or "latency"
+    # a statistical method by default where one judges the objective (latency); the
+    # specification-style rule elsewhere (memory, throughput: outside the error control)
+    options["method"] = options["method"] or ("robust" if options["objective"] == "latency" else "seed")
     options["mode"] = options["mode"] or "improvement"
     try:
         policy = rules.Policy(**{k: v for k, v in options.items() if v is not None}, **merged["thresholds"])
@@ -500,8 +503,10 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
                     outcomes[entry.name] = run_entry(entry, suite, suite_run_id=suite_run_id, resume=resume,
                                                      on_attempt=counted)
             else:
-                running = [_Entry(entry, suite, suite_run_id=suite_run_id, resume=resume, runners=runners)
-                           for entry in suite.entries if entry.runs]
+                for entry in suite.entries:  # one by one: a refused group leaves the others' runs to end KILLED
+                    if entry.runs:
+                        running.append(_Entry(entry, suite, suite_run_id=suite_run_id, resume=resume,
+                                              runners=runners))
                 while any(item.initial_left for item in running):  # round-robin, one ABBA round each
                     for item in running:
                         if item.initial_left:

@@ -99,6 +99,24 @@ def test_a_suite_file_is_checked_before_anything_is_read(sqlite_uri, tmp_path, c
     assert code == 2 and "exactly one variable" in err
 
 
+def test_a_suite_file_merges_its_defaults_and_picks_each_objective_s_method():
+    from mlflow_perfgate.suite import parse_suite
+
+    spec = parse_suite({
+        "suite": {"name": "n", "alpha": 0.1},
+        "defaults": {"attempts": 4, "set": {"input_shape": "2,16", "steps": 2}, "thresholds": {"min_valid_runs": 3}},
+        "entry": [{"name": "lat", "change": {"checkpoint": True}, "set": {"steps": 3}},
+                  {"name": "mem", "change": {"checkpoint": True}, "objective": "memory", "mode": "improvement"},
+                  {"name": "rec", "group": "g", "method": "paired", "until_decisive": True}],
+    }, name="override")
+    lat, mem, rec = spec.entries
+    assert spec.name == "override" and spec.alpha == 0.1 and lat.group == "override/lat"
+    assert lat.conditions == {"input_shape": "2,16", "steps": 3} and lat.policy.min_valid_runs == 3
+    assert (lat.policy.method, mem.policy.method, rec.policy.method) == ("robust", "seed", "paired")
+    assert not rec.runs and rec.max_attempts == 16 and rec.max_looks == 7 and rec.look_at(4) == 1
+    assert rec.look_at(5) == 2 and rec.look_at(6) == 2 and rec.look_at(7) == 3 and rec.look_at(99) == 7
+
+
 @pytest.mark.slow
 def test_suite_run_interleaves_tinylm_entries_and_a_recorded_regression_rejects(sqlite_uri, tmp_path, capsys):
     log_group("g-slower", STEADY, [v * 1.5 for v in STEADY])
