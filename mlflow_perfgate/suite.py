@@ -28,6 +28,8 @@ A suite file (TOML)::
     name = "pr-42"
     group = "pr-42-run-7"           # attempts already recorded: collected, never run
 
+(``groups = ["g1", "g2"]`` in ``[suite]`` adds one collected entry per recorded group, named by it.)
+
 Entry keys: ``name`` (required, unique), ``workload``, ``set`` (the fixed conditions),
 ``change`` (the one variable the candidate changes; without it the entry is collected from
 ``group``), ``group`` (default ``<suite name>/<entry name>`` for an entry that runs),
@@ -59,13 +61,13 @@ from typing import Any, Callable
 from . import rules
 from .rules._errors import InputError, PolicyError, StoreUnavailable
 
-__all__ = ["ENTRY_KEYS", "EntrySpec", "SuiteSpec", "evaluate", "load_suite", "parse_suite", "run", "run_entry"]
+__all__ = ["ENTRY_KEYS", "EntrySpec", "SuiteSpec", "evaluate", "load_suite", "parse_suite", "run", "run_entry", "start"]
 
 #: The keys an entry (or the ``[defaults]`` table) may hold.
 ENTRY_KEYS = ("name", "workload", "set", "change", "group", "objective", "method", "mode", "margin", "alpha",
               "confidence", "thresholds", "attempts", "until_decisive", "max_attempts", "supervised", "timeout_s",
               "threads", "runner", "env_mismatch")
-_SUITE_KEYS = ("name", "experiment", "alpha", "control", "interleave")
+_SUITE_KEYS = ("name", "experiment", "alpha", "control", "interleave", "groups")
 _INTERLEAVE = ("rounds", "entries")
 #: Attempts per arm in one round of the round-robin: one ABBA block.
 ROUND = 2
@@ -200,9 +202,14 @@ def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> Sui
     if not isinstance(defaults, dict):
         raise InputError(f"{source}: [defaults] must be a table")
     _check_keys(defaults, _where(source, None), allow_name=False)
-    items = data.get("entry")
-    if not isinstance(items, list) or not items:
-        raise InputError(f"{source}: a suite needs at least one [[entry]]")
+    items = data.get("entry") or []
+    groups = head.get("groups") or []
+    if not isinstance(items, list) or not isinstance(groups, list) \
+            or not all(isinstance(group, str) and group.strip() for group in groups):
+        raise InputError(f"{source}: [[entry]] must be a list of tables and [suite] groups a list of group names")
+    items = [{"name": group, "group": group} for group in groups] + items  # recorded groups, each an entry
+    if not items:
+        raise InputError(f"{source}: a suite needs at least one [[entry]] (or [suite] groups)")
     entries = [_entry(item, defaults, name, source, position) for position, item in enumerate(items)]
     names = [entry.name for entry in entries]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -480,11 +487,10 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     from .harness import Terminated, _terminate_as_exception
     from .tracking import end_run, sync
     from .tracking._evaluate import DEFAULT_STALE_AFTER_S
-    from .tracking._suite import evaluate_suite, judge_entries, start_suite
+    from .tracking._suite import evaluate_suite, judge_entries
 
     stale_after_s = DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s
-    suite_run_id = start_suite(suite.name, experiment_name=suite.experiment, settings=suite.settings(),
-                               parent_run_id=parent_run_id)
+    suite_run_id = start(suite, parent_run_id=parent_run_id)
     runners = _Runners()
     running: list[_Entry] = []
     outcomes: dict[str, dict] = {}
@@ -542,6 +548,19 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     finally:
         runners.close()
     return summary
+
+
+def start(suite: SuiteSpec, *, parent_run_id: str | None = None) -> str:
+    """Create the suite run (RUNNING) that the entries' comparisons nest under; its id.
+
+    For a dispatcher that runs the entries elsewhere: ``suite_run_id = start(spec)``, then
+    :func:`run_entry` for each entry (``suite_run_id=suite_run_id``), then :func:`evaluate`
+    with the same ``suite_run_id`` writes the decision onto it.
+    """
+    from .tracking._suite import start_suite
+
+    return start_suite(suite.name, experiment_name=suite.experiment, settings=suite.settings(),
+                       parent_run_id=parent_run_id)
 
 
 def evaluate(suite: SuiteSpec, *, dry_run: bool = False, stale_after_s: float | None = None,

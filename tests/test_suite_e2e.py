@@ -115,6 +115,8 @@ def test_a_suite_file_merges_its_defaults_and_picks_each_objective_s_method():
     assert (lat.policy.method, mem.policy.method, rec.policy.method) == ("robust", "seed", "paired")
     assert not rec.runs and rec.max_attempts == 16 and rec.max_looks == 7 and rec.look_at(4) == 1
     assert rec.look_at(5) == 2 and rec.look_at(6) == 2 and rec.look_at(7) == 3 and rec.look_at(99) == 7
+    listed = parse_suite({"suite": {"name": "n", "groups": ["g1", "g2"]}})
+    assert [(e.name, e.group, e.runs) for e in listed.entries] == [("g1", "g1", False), ("g2", "g2", False)]
 
 
 @pytest.mark.slow
