@@ -231,7 +231,29 @@ def cli():
 
 
 _RECORD_FIELDS = ("group", "arm", "set", "latency_ms", "quality", "failure", "validity", "metrics", "env",
-                  "attempt_id", "parent_run_id", "experiment")
+                  "attempt_id", "parent_run_id", "experiment", "commit_time")
+
+
+def _commit_time(value, where: str) -> float | None:
+    """POSIX seconds from a number or an ISO 8601 time (``2024-06-01T12:00:00+00:00``; UTC when no zone)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    import datetime
+
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither POSIX seconds nor an ISO 8601 time", param_hint=where) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
 
 
 def _validity(text: str | None, where: str):
@@ -294,6 +316,7 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
                 metrics=item.get("metrics") or None, environment=item.get("env") or None,
                 attempt_id=item.get("attempt_id"), parent_run_id=item.get("parent_run_id", defaults["parent_run_id"]),
                 experiment_name=item.get("experiment", defaults["experiment"]),
+                commit_time=_commit_time(item.get("commit_time", defaults["commit_time"]), where),
             ))
     if not attempts:
         raise click.BadParameter(f"{source!r} holds no attempt", param_hint="--from-jsonl")
@@ -319,14 +342,17 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
 @click.option("--attempt-id", default=None, help="A unique id: a retried record with the same id counts once.")
 @click.option("--parent-run-id", default=None, help="A comparison run to nest the attempt under [$MLFLOW_RUN_ID].")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
+@click.option("--commit-time", default=None, metavar="TIME",
+              help="The commit time of the revision condition, POSIX seconds or ISO 8601 (orders the benchmark's "
+                   "history; default: from git when the revision is a commit of the repository here).")
 @click.option("--from-jsonl", "from_jsonl", default=None, metavar="FILE",
               help="Many attempts, one JSON object per line (- for stdin) with record's options as fields "
                    "(group, arm, set, latency_ms, quality, failure, validity, metrics, env, attempt_id, "
-                   "parent_run_id, experiment); the options above are the defaults of every line. Every "
+                   "parent_run_id, experiment, commit_time); the options above are the defaults of every line. Every "
                    "line is checked before anything is written.")
 @guarded
 def record(group, arm, conditions, condition_list, allow_empty, latency_ms, quality, failure, validity, metrics,
-           environment, attempt_id, parent_run_id, experiment, from_jsonl):
+           environment, attempt_id, parent_run_id, experiment, commit_time, from_jsonl):
     """Log attempts from a shell (a workload not written in Python); prints each run id."""
     if condition_list:
         conditions = conditions + tuple(item for item in condition_list.split(";") if item.strip())
@@ -339,7 +365,8 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
         if given:
             raise click.UsageError(f"--from-jsonl takes each attempt's outcome from its line; drop {', '.join(given)}")
         attempts = _jsonl_attempts(from_jsonl, {"group": group, "arm": arm, "conditions": parsed,
-                                                "parent_run_id": parent_run_id, "experiment": experiment})
+                                                "parent_run_id": parent_run_id, "experiment": experiment,
+                                                "commit_time": commit_time})
     else:
         for name, value in (("--group", group), ("--arm", arm)):
             if value is None:
@@ -351,6 +378,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
                                                                           "--metric") or None,
             environment=parse_assignments(environment, "--env") or None, attempt_id=attempt_id,
             parent_run_id=parent_run_id, experiment_name=experiment,
+            commit_time=_commit_time(commit_time, "--commit-time"),
         )]
     from mlflow_perfgate.errors import InputError
     from mlflow_perfgate.tracking._inputs import check_attempt
@@ -391,13 +419,14 @@ def evaluate(group, experiment, stale_after, output_format, **kwargs):
 @cli.command()
 @click.option("--experiment", default=None, help="Experiment name.")
 @click.option("--group", default=None, help="Only this comparison's decisions.")
+@click.option("--suite", "suite_name", default=None, help="Only the decisions of this suite's entries.")
 @click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table")
 @guarded
-def decisions(experiment, group, output_format):
+def decisions(experiment, group, suite_name, output_format):
     """List decision runs, newest first."""
     from mlflow_perfgate.tracking import decisions as query
 
-    frame = query(experiment_name=experiment, group=group)
+    frame = query(experiment_name=experiment, group=group, suite=suite_name)
     if output_format == "json":
         click.echo(frame.to_json(orient="records", date_format="iso", indent=2))  # lists as JSON arrays
     elif output_format == "csv":
@@ -410,6 +439,8 @@ def decisions(experiment, group, output_format):
         columns = ["start_time", "group", "decision", "failed_checks", "reason_text", "objective", "changed_variable",
                    "baseline_value", "candidate_value", "baseline_median_ms", "candidate_median_ms",
                    "observed_improvement", "memory_reduction", "run_id"]
+        if suite_name is not None:
+            columns[1:1] = ["suite_entry", "suite_decision"]
         shown = frame[columns].assign(failed_checks=frame["failed_checks"].map(lambda names: ", ".join(names) or "-"),
                                       start_time=frame["start_time"].dt.strftime("%Y-%m-%d %H:%M:%S"))
         click.echo(shown.rename(columns={"reason_text": "why"}).to_string(index=False, max_colwidth=48))
@@ -441,6 +472,100 @@ def report(group, experiment):
         click.echo(f"warning: {len(since['newer'])} attempts of group {group!r} are newer than its decision; "
                    "evaluate again", err=True)
     click.echo(text, nl=False)
+
+
+def print_suite(summary: dict, output_format: str) -> None:
+    """The suite's report table (or its JSON), then the tail: the gate's answer, what is open, where to look."""
+    if output_format == "json":
+        shown = {key: value for key, value in summary.items() if key not in ("gate", "results")}
+        click.echo(json.dumps(shown, indent=2, default=str))
+        return
+    from mlflow_perfgate.rules._records import REASONS
+    from mlflow_perfgate.rules._suite import SUITE_REASONS
+
+    click.echo(summary["report"])
+    reason = summary["reason"]
+    tail = [f"suite decision: {summary['decision'].upper()} (exit code {EXIT_CODES[summary['decision']]})",
+            f"why: {SUITE_REASONS.get(reason, reason)} ({reason})"]
+    for entry in summary["entries"]:
+        if entry["verdict"] != "accept":
+            why = SUITE_REASONS.get(entry["reason"]) or REASONS.get(entry["reason"], entry["reason"])
+            tail.append(f"  {entry['name']}: {entry['verdict']} ({entry['reason']}: {why})")
+    if summary.get("suite_run_id"):
+        tail.append(f"suite run: {summary['suite_run_id']}")
+    if summary.get("suite_run_url"):
+        tail.append(f"see it: {summary['suite_run_url']}")
+    click.echo("\n".join(["", *tail]))
+
+
+@cli.group()
+def suite():
+    """One gate over many comparisons (a suite file), the error across its entries controlled.
+
+    Exit codes: 1 if any entry is rejected; else 3 if any needs a rerun; else 4 if any is
+    blocked by correctness; 0 when every entry is accepted; 2 for a usage or input error.
+    """
+
+
+_SUITE_FILE = click.argument("suite_file", metavar="SUITE.toml", type=click.Path(dir_okay=False))
+_SUITE_OVERRIDES = (
+    click.option("--name", default=None, help="The suite's name (overrides [suite] name; its groups follow it)."),
+    click.option("--experiment", default=None, help="Experiment name (overrides [suite] experiment)."),
+    click.option("--alpha", type=click.FloatRange(min=0, max=0.3, min_open=True), default=None,
+                 help="Error rate of the suite's rejects across its entries, in (0, 0.3] [[suite] alpha, else 0.05]."),
+    click.option("--control", type=click.Choice(["holm", "bh"]), default=None,
+                 help="holm: family-wise error (a gate); bh: false-discovery rate (a report of changes) "
+                      "[[suite] control, else holm]."),
+    click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text"),
+)
+
+
+def _suite_options(func):
+    for option in reversed(_SUITE_OVERRIDES):
+        func = option(func)
+    return _SUITE_FILE(func)
+
+
+def _load(suite_file, name, experiment, alpha, control):
+    from mlflow_perfgate.suite import load_suite
+
+    return load_suite(suite_file, name=name, experiment=experiment, alpha=alpha, control=control)
+
+
+@suite.command("run")
+@_suite_options
+@click.option("--resume", is_flag=True, help="Add to groups that already hold attempts (a re-run of the suite).")
+@click.option("--in-process", is_flag=True, help="Run every entry's attempts in this process (overrides supervised).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@guarded
+def suite_run(suite_file, name, experiment, alpha, control, output_format, resume, in_process, no_progress):
+    """Run every entry's comparison (round-robin by ABBA rounds), collect the recorded ones, decide once."""
+    import dataclasses
+
+    spec = _load(suite_file, name, experiment, alpha, control)
+    if in_process:
+        spec = dataclasses.replace(spec, entries=tuple(dataclasses.replace(e, supervised=False) for e in spec.entries))
+    from mlflow_perfgate.suite import run as run_suite
+
+    summary = run_suite(spec, resume=resume, progress=not no_progress,
+                        parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None)
+    print_suite(summary, output_format)
+    exit_for(summary)
+
+
+@suite.command("evaluate")
+@_suite_options
+@click.option("--stale-after", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="A RUNNING attempt older than this counts as failed ('stale'), > 0 [3600].")
+@guarded
+def suite_evaluate(suite_file, name, experiment, alpha, control, output_format, stale_after):
+    """Judge a suite's recorded groups (nothing runs), write the suite decision, exit with its code."""
+    spec = _load(suite_file, name, experiment, alpha, control)
+    from mlflow_perfgate.suite import evaluate as evaluate_suite
+
+    summary = evaluate_suite(spec, stale_after_s=stale_after)
+    print_suite(summary, output_format)
+    exit_for(summary)
 
 
 def _conditions(sets: tuple[str, ...], allow_empty: bool = False) -> dict:
@@ -618,6 +743,112 @@ def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallbac
     print_decision(outcome["decision"], "text")
     if gate or not outcome["decision"].get("decision_run_id"):
         exit_for(outcome["decision"])
+
+
+def history_options(func):
+    """The settings of ``rules.find_change_points``, derived from ``HISTORY_SETTINGS``."""
+    from mlflow_perfgate.rules._history import HISTORY_SETTINGS, TESTS
+
+    options = [_setting_option(setting) for setting in HISTORY_SETTINGS]
+    options.append(click.option("--test", type=click.Choice(TESTS), default="permutation", show_default=True,
+                                help="The latency test: permutation (E-Divisive, robust to outlier revisions) or t "
+                                     "(Otava's t-test, flags a single trailing revision)."))
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@cli.command()
+@click.option("--benchmark", default=None, metavar="KEY",
+              help="The benchmark's key (or a prefix; --list shows them); needed when the selection matches several.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="A condition: with --bisect the fixed conditions of the comparisons; otherwise only attempts "
+                   "with this value.")
+@click.option("--group-prefix", default=None, help="Only attempts of groups whose name starts with this.")
+@click.option("--experiment", default=None, help="Experiment name.")
+@click.option("--list", "list_only", is_flag=True, help="List the benchmarks found (key, revisions, attempts) and stop.")
+@history_options
+@click.option("--stale-after", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="A RUNNING attempt older than this counts as failed ('stale'), > 0 [3600].")
+@click.option("--no-log", is_flag=True, help="Print the history without logging a history run.")
+@click.option("--bisect", "bisect_range", nargs=2, default=None, metavar="GOOD BAD",
+              help="Narrow a regression between two revisions of the git repository here to one commit, comparing "
+                   "revisions (git worktrees) against GOOD; every decision already recorded is reused.")
+@click.option("--workload", default=None, help="With --bisect: the workload factory module:function (it finds each "
+              "revision's checkout with mlflow_perfgate.history.revision_worktree).")
+@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
+              help="With --bisect: attempts per arm of each comparison.")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="With --bisect: add attempt pairs while a comparison is undecided, up to this many per arm.")
+@click.option("--margin", type=click.FloatRange(min=0), default=0.05, show_default=True,
+              help="With --bisect: the slowdown against GOOD tolerated before a revision is bad.")
+@click.option("--method", type=click.Choice(["paired", "robust"]), default="paired", show_default=True,
+              help="With --bisect: how each comparison decides.")
+@click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
+              help="With --bisect: any threshold of the comparisons (min_valid_runs=3).")
+@click.option("--in-process", is_flag=True, help="With --bisect: run attempts in this process.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0,
+              show_default=True, help="With --bisect: per-attempt wall-clock limit, seconds.")
+@click.option("--keep-worktrees", is_flag=True, help="With --bisect: leave the revisions' checkouts in place.")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@guarded
+def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, no_log, bisect_range, workload,
+            attempts, max_attempts, margin, method, extra_thresholds, in_process, timeout_s, keep_worktrees,
+            output_format, test, **settings):
+    """A benchmark's series over revisions: change points, labelled, logged as a history run; or --bisect.
+
+    The benchmark is every condition but the revision, and the host, CPU model and torch version.
+    With --bisect exits 0 once the first bad commit is found, 1 when BAD shows no regression
+    against GOOD, 3 when the evidence cannot narrow it to one commit.
+    """
+    conditions = _conditions(sets)
+    if bisect_range:
+        if workload is None:
+            raise click.UsageError("--bisect needs --workload (the factory that runs a revision's code)")
+        thresholds = collect_policy({"extra_thresholds": extra_thresholds})
+        from mlflow_perfgate.history import bisect
+
+        good, bad = bisect_range
+        outcome = bisect(good, bad, workload=workload, conditions=conditions, attempts=attempts,
+                         max_attempts=max_attempts, margin=margin, method=method, supervised=not in_process,
+                         timeout_s=timeout_s, experiment_name=experiment, keep_worktrees=keep_worktrees,
+                         on_step=None if output_format == "json" else click.echo, **thresholds)
+        if output_format == "json":
+            click.echo(json.dumps(outcome, indent=2, default=str))
+        sys.exit({"found": 0, "not_bad": 1}.get(outcome["status"], 3))
+    from mlflow_perfgate.tracking import DEFAULT_STALE_AFTER_S
+    from mlflow_perfgate.tracking._history import analyze, benchmark_lines, load_benchmarks
+
+    stale = DEFAULT_STALE_AFTER_S if stale_after is None else stale_after
+    if list_only:
+        _, found = load_benchmarks(experiment_name=experiment, conditions=conditions, group_prefix=group_prefix,
+                                   stale_after_s=stale)
+        if output_format == "json":
+            click.echo(json.dumps({key: {"conditions": b.conditions, "env": b.env, "revisions": len(b.revisions),
+                                         "attempts": b.attempts} for key, b in found.items()}, indent=2))
+        elif not found:
+            click.echo("no benchmarks with a revision condition")
+        else:
+            for line in benchmark_lines(found):
+                click.echo(line)
+        return
+    payload = analyze(experiment_name=experiment, benchmark=benchmark, conditions=conditions,
+                      group_prefix=group_prefix, stale_after_s=stale, test=test, log=not no_log,
+                      parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None, **settings)
+    if output_format == "json":
+        shown = {k: v for k, v in payload.items() if k not in ("change_point_records", "report")}
+        click.echo(json.dumps(shown, indent=2, default=str))
+        return
+    from mlflow_perfgate.tracking._history import change_point_line
+
+    click.echo(payload["report"])
+    points = payload["change_point_records"]
+    tail = [f"benchmark {payload['benchmark']}: {len(payload['revisions'])} revisions, {len(points)} change points"]
+    tail += [f"  {change_point_line(point)}" for point in points]
+    if payload["history_run_id"]:
+        tail.append(f"history run: {payload['history_run_id']}")
+        tail.append(f"see it: {payload['history_run_url']}")
+    click.echo("\n".join(tail))
 
 
 @cli.command()

@@ -13,6 +13,7 @@ _EXPORTS = {
     "AttemptDeferred": "_attempts",
     "AttemptRecorder": "_attempts",
     "StartedAttempt": "_attempts",
+    "SuiteItem": "_suite",
     "DEFAULT_STALE_AFTER_S": "_evaluate",
     "METRIC": "_schema",
     "TAG": "_schema",
@@ -26,6 +27,7 @@ _EXPORTS = {
     "decisions": "_queries",
     "end_run": "_runs",
     "evaluate_group": "_evaluate",
+    "evaluate_suite": "_suite",
     "forget": "_maintenance",
     "group_state": "_runs",
     "start_attempt": "_attempts",
@@ -36,9 +38,11 @@ _EXPORTS = {
     "parse_duration": "_maintenance",
     "read_decision": "_report",
     "read_report": "_report",
+    "read_suite": "_suite",
     "reap": "_maintenance",
     "run_url": "_runs",
     "start_comparison": "_runs",
+    "suite_decisions": "_suite",
     "sync": "_maintenance",
 }
 

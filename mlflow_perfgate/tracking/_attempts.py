@@ -68,6 +68,7 @@ def log_attempt(
     pair: int | None = None,
     histories: dict | None = None,
     contention_status: str | None = None,
+    commit_time: float | None = None,
 ) -> str:
     """Log one attempt as one MLflow run: create (with its tags), one ``log_batch``, terminate.
 
@@ -107,6 +108,9 @@ def log_attempt(
             follow the extra metrics' rules and may not repeat one of them.
         contention_status: ``measured`` or ``unavailable: <why>`` (``perfgate.contention_status``):
             whether the kernel's contention figures among the metrics were read.
+        commit_time: the commit time (POSIX seconds) of the ``revision`` condition, tagged
+            ``perfgate.commit_time`` to order a benchmark's history; default: read from git when
+            the revision is a commit of the repository in the working directory.
 
     Returns:
         The run id.
@@ -119,7 +123,8 @@ def log_attempt(
                             validity=validity, experiment_name=experiment_name, parent_run_id=parent_run_id,
                             attempt_id=attempt_id, metrics=metrics, step_times_ms=step_times_ms, tags=tags,
                             environment=environment, failure_detail=failure_detail, mem_status=mem_status,
-                            pair=pair, histories=histories, contention_status=contention_status)
+                            pair=pair, histories=histories, contention_status=contention_status,
+                            commit_time=commit_time)
     return log_checked(checked, journal=journal)
 
 

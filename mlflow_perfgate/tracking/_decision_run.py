@@ -18,7 +18,7 @@ from mlflow.entities import Metric, RunStatus
 
 from ..rules._errors import StoreRefused, StoreUnavailable
 from ..rules._registry import METHODS, OBJECTIVES
-from . import _client, _report
+from . import _client, _report, _views
 from ._group import AttemptView
 from ._schema import ARMS, KIND_DECISION, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit, group_key
 
@@ -133,6 +133,8 @@ def _tags(result: dict, note: str) -> dict[str, str]:
         TAG.DECISION_KEY: result["decision_key"],
         TAG.ATTEMPTS_JUDGED: str(len(result["run_ids"])),
     }
+    if result.get("view_key"):
+        tags[TAG.VIEW_KEY] = result["view_key"]
     for name in METHODS:
         if isinstance(result.get(name), dict) and "decision" in result[name]:
             tags[TAG.method_decision(name)] = result[name]["decision"]
@@ -214,10 +216,13 @@ def wait_for(mlflow_client, run_id: str, *, timeout_s: float = WAIT_FOR_WINNER_S
 def write_decision(mlflow_client, run_id: str, result: dict) -> str:
     """Log the decision onto ``run_id`` and end it FINISHED; returns the report's markdown.
 
-    The files are prepared first (a plot that cannot be drawn costs the plot alone, with a
-    warning), then the note is rendered once, from the final result; a write that fails ends
-    the run FAILED and re-raises.
+    The attempts' view in the MLflow UI is written first, on the experiment (a store that
+    refuses it costs the view alone, with a warning: ``tracking._views``), and its link joins the
+    result (``view_url``); then the files are prepared (a plot that cannot be drawn costs the plot
+    alone, with a warning), then the note is rendered once, from the final result; a write that
+    fails ends the run FAILED and re-raises.
     """
+    _views.attach_link(mlflow_client, result, _views.write_view(mlflow_client, result))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         _report.prepare_artifacts(result, folder)  # may add a warning: render the note after

@@ -13,12 +13,13 @@ import functools
 import importlib.metadata
 import os
 import platform
+import re
 import subprocess
 
 from ._schema import TAG
 
-__all__ = ["ENV_MISMATCH_MODES", "ENV_TAG_PREFIX", "compare_fingerprints", "env_from_tags", "fingerprint",
-           "process_alive", "process_identity"]
+__all__ = ["ENV_MISMATCH_MODES", "ENV_TAG_PREFIX", "commit_time", "compare_fingerprints", "env_from_tags",
+           "fingerprint", "process_alive", "process_identity"]
 
 ENV_TAG_PREFIX = TAG.ENV_PREFIX
 ENV_MISMATCH_MODES = ("fail", "warn", "ignore")
@@ -61,6 +62,25 @@ def _git_revision() -> str:
     except (OSError, subprocess.SubprocessError):
         pass
     return os.environ.get("GITHUB_SHA") or "unknown"
+
+
+_GIT_SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
+
+
+@functools.lru_cache(maxsize=1024)
+def commit_time(revision: str, cwd: str | None = None) -> int | None:
+    """The commit time (POSIX seconds) of ``revision`` in the git repository of ``cwd`` (the working
+    directory), when it is a commit sha that repository holds; ``None`` otherwise (not a sha, no git,
+    no repository, an unknown commit). One ``git show`` per revision, cached."""
+    if not isinstance(revision, str) or not _GIT_SHA.match(revision.strip()):
+        return None
+    try:
+        completed = subprocess.run(["git", "show", "-s", "--format=%ct", f"{revision.strip()}^{{commit}}", "--"],
+                                   capture_output=True, text=True, timeout=5, cwd=cwd)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = completed.stdout.strip()
+    return int(text) if completed.returncode == 0 and text.isdigit() else None
 
 
 @functools.lru_cache(maxsize=1)

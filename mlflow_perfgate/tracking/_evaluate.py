@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import rules
 from ..rules._errors import InputError
-from . import _client, _journal, _report
+from . import _client, _journal, _report, _views
 from ._decision_run import decision_key, decision_target, reparent, wait_for, write_decision
 from ._environment import ENV_MISMATCH_MODES
 from ._group import AttemptView, group_filter, load, load_group
@@ -139,7 +139,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     result.setdefault("method", policy.method)  # the rule's own: a paired request without rounds is judged by robust
     result.setdefault("failed_checks", [])
     if dry_run:
-        result.update(decision_run_id=None, decision_run_url=None, report=None)
+        result.update(decision_run_id=None, decision_run_url=None, report=None, view_url=None)
         return result
     same = [run for run in found.decisions if run.data.tags.get(TAG.DECISION_KEY) == result["decision_key"]]
     if same:  # judged before, on exactly these attempts and this policy: the same decision run
@@ -149,7 +149,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     result["decision_run_id"] = decision_run_id
     result["decision_run_url"] = _client.run_link(mlflow_client.tracking_uri, experiment_id, decision_run_id)
     if role == "adopt":
-        wait_for(mlflow_client, decision_run_id)
+        winner = wait_for(mlflow_client, decision_run_id)
+        _views.attach_link(mlflow_client, result, winner.data.tags.get(TAG.VIEW_KEY))
         result["report"] = _report.decision_markdown(result)
         return result
     try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import rules
 from ..rules._errors import InputError
-from ._environment import ENV_TAG_PREFIX, fingerprint
+from ._environment import ENV_TAG_PREFIX, commit_time as git_commit_time, fingerprint
 from ._schema import (
     ARMS,
     KIND_ATTEMPT,
@@ -33,7 +33,7 @@ from ._schema import (
     group_key,
 )
 
-__all__ = ["CheckedAttempt", "check_attempt", "clip", "mlflow_name_problem"]
+__all__ = ["CheckedAttempt", "check_attempt", "clip", "commit_time_tags", "mlflow_name_problem"]
 
 # mlflow.utils.validation.validate_param_and_metric_name, on POSIX
 _MLFLOW_NAME = re.compile(r"^[/\w.\- :]*$")
@@ -315,12 +315,37 @@ class CheckedAttempt:
         }
 
 
+def commit_time_tags(params: dict[str, str], commit_time: Any = None) -> dict[str, str]:
+    """``perfgate.commit_time`` for an attempt whose conditions hold a ``revision``.
+
+    The time given (POSIX seconds), else the commit time of the revision when it is a git sha of
+    the repository in the working directory (``git show -s --format=%ct``), else none.
+
+    Raises:
+        InputError: ``commit_time`` is not a finite number >= 0, or is given without a ``revision``.
+    """
+    if commit_time is not None:
+        if isinstance(commit_time, bool) or not isinstance(commit_time, (int, float)) \
+                or not math.isfinite(commit_time) or commit_time < 0:
+            raise InputError(f"commit_time must be a finite number of POSIX seconds >= 0, got {commit_time!r}")
+        if "revision" not in params:
+            raise InputError("commit_time is the commit time of the attempt's revision: give a revision condition "
+                             "(--set revision=SHA)")
+        value = float(commit_time)
+        return {TAG.COMMIT_TIME: str(int(value)) if value.is_integer() else repr(value)}
+    if "revision" in params:
+        found = git_commit_time(params["revision"])
+        if found is not None:
+            return {TAG.COMMIT_TIME: str(found)}
+    return {}
+
+
 def check_attempt(group: Any, arm: Any, conditions: Any, *, latency_ms: Any = None, quality: Any = None,
                   ok: Any = True, failure: Any = None, validity: Any = None, experiment_name: Any = None,
                   parent_run_id: Any = None, attempt_id: Any = None, metrics: Any = None, step_times_ms: Any = None,
                   tags: Any = None, environment: Any = None, failure_detail: Any = None,
                   mem_status: Any = None, pair: Any = None, histories: Any = None,
-                  contention_status: Any = None) -> CheckedAttempt:
+                  contention_status: Any = None, commit_time: Any = None) -> CheckedAttempt:
     """Check every field of an attempt (the arguments of ``log_attempt``) without touching a store.
 
     Raises:
@@ -332,4 +357,5 @@ def check_attempt(group: Any, arm: Any, conditions: Any, *, latency_ms: Any = No
                            metrics=metrics, step_times_ms=step_times_ms, tags=tags, failure_detail=failure_detail,
                            mem_status=mem_status, histories=histories, contention_status=contention_status)
     created = _creation_tags(group, arm, attempt_id, parent_run_id, environment, pair)
+    created.update(commit_time_tags(params, commit_time))
     return CheckedAttempt(group, arm, params, result, created, _check_experiment_name(experiment_name))

@@ -8,13 +8,19 @@ from ..rules._errors import InputError
 from ..rules._records import REASONS
 from . import _client
 from ._decision_run import figure_names
-from ._group import group_filter, load
+from ._group import _quoted_filter, group_filter, load
 from ._schema import KIND_DECISION, PARAM, TAG
 
 __all__ = ["attempts_since", "decision_columns", "decisions"]
 
 _LABELS = ["group", "decision", "reason", "failed_checks", "reason_text", "objective", "method", "mode",
-           "changed_variable", "baseline_value", "candidate_value"]
+           "changed_variable", "baseline_value", "candidate_value", "suite", "suite_entry", "suite_decision"]
+
+
+def suite_filter(suite: str) -> str:
+    """The filter of the decision runs a suite judged last (its name quoted where MLflow's parser reads it back)."""
+    text = _quoted_filter([(TAG.KIND, KIND_DECISION), (TAG.SUITE, suite)])
+    return text if text is not None else f"tags.\"{TAG.KIND}\" = '{KIND_DECISION}'"  # compared in full below
 
 
 def decision_columns() -> list[str]:
@@ -22,12 +28,15 @@ def decision_columns() -> list[str]:
     return [*_LABELS, *figure_names(), "run_id", "experiment_id", "start_time"]
 
 
-def decisions(experiment_name: str | None = None, group: str | None = None) -> pd.DataFrame:
+def decisions(experiment_name: str | None = None, group: str | None = None, suite: str | None = None) -> pd.DataFrame:
     """One row per decision run, newest first.
 
     Args:
         experiment_name: default ``MLFLOW_EXPERIMENT_NAME`` or MLflow's Default experiment.
         group: only this comparison's decisions.
+        suite: only the decisions of this suite's entries (those the suite judged last carry its
+            name: ``suite``, with ``suite_entry`` and ``suite_decision``, the entry's verdict within
+            the suite).
 
     Returns:
         A DataFrame with :func:`decision_columns` (``failed_checks`` a list; ``reason_text`` the
@@ -36,7 +45,11 @@ def decisions(experiment_name: str | None = None, group: str | None = None) -> p
     """
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
-    if group is None:
+    if suite is not None and (not isinstance(suite, str) or not suite):
+        raise InputError(f"suite must be a non-empty string, got {suite!r}")
+    if group is None and suite is not None:
+        filter_string = suite_filter(suite)
+    elif group is None:
         filter_string = f"tags.\"{TAG.KIND}\" = '{KIND_DECISION}'"
     else:
         if not isinstance(group, str) or not group:
@@ -52,6 +65,8 @@ def decisions(experiment_name: str | None = None, group: str | None = None) -> p
             continue
         if group is not None and tags.get(TAG.GROUP) != group:
             continue
+        if suite is not None and tags.get(TAG.SUITE) != suite:
+            continue
         rows.append({
             "group": tags.get(TAG.GROUP),
             "decision": tags[TAG.DECISION],
@@ -66,6 +81,8 @@ def decisions(experiment_name: str | None = None, group: str | None = None) -> p
             "changed_variable": params.get(PARAM.CHANGED_VARIABLE) or params.get("changed_variable") or None,
             "baseline_value": params.get(PARAM.BASELINE_VALUE) or params.get("baseline_value") or None,
             "candidate_value": params.get(PARAM.CANDIDATE_VALUE) or params.get("candidate_value") or None,
+            "suite": tags.get(TAG.SUITE), "suite_entry": tags.get(TAG.SUITE_ENTRY),
+            "suite_decision": tags.get(TAG.SUITE_DECISION),
             **{name: metrics.get(name, float("nan")) for name in figures},
             "run_id": run.info.run_id,
             "experiment_id": run.info.experiment_id,

@@ -126,6 +126,9 @@ def decision_markdown(result: dict) -> str:
     decision = result["decision"]
     lines = [f"## {_headline(result)}", ""]
     lines.append(f"- group: {md.code(result['group'])}")
+    if result.get("view_url"):
+        lines.append(f"- its attempts side by side in the MLflow UI: {result['view_url']} "
+                     "(add `&compareRunsMode=CHART` for charts)")
     if result.get("changed_variable"):
         lines.append(
             f"- changed variable: {md.code(result['changed_variable'])}: "
@@ -211,6 +214,8 @@ def decision_summary(result: dict) -> list[str]:
         lines.append(f"experiment {result.get('experiment_id')}, decision run {result['decision_run_id']}")
     if result.get("decision_run_url"):
         lines.append(f"see it: {result['decision_run_url']}")
+    if result.get("view_url"):
+        lines.append(f"compare its attempts: {result['view_url']}")
     return lines
 
 

@@ -36,6 +36,11 @@ __all__ = [
     "KIND_DECISION",
     "KIND_DIAGNOSIS",
     "KIND_COMPARISON",
+    "KIND_HISTORY",
+    "KIND_SUITE",
+    "HISTORY_FORMAT",
+    "SUITE_FORMAT",
+    "VIEW_STATE_PREFIX",
     "TAG",
     "METRIC",
     "MAX_PARAM_VALUE",
@@ -50,6 +55,10 @@ KIND_ATTEMPT = "attempt"
 KIND_DECISION = "decision"
 KIND_DIAGNOSIS = "diagnosis"
 KIND_COMPARISON = "comparison"
+#: A suite decision: one gate over many comparisons, their decisions nested under it.
+KIND_SUITE = "suite"
+#: A history: a benchmark's series over revisions, its change points.
+KIND_HISTORY = "history"
 
 # MLflow's own limits (mlflow.utils.validation); values beyond them are refused here, never
 # truncated by MLflow.
@@ -120,6 +129,26 @@ class TAG:
     EXCLUDED_REASON = "perfgate.excluded_reason"
     #: On a comparison run: why it ended before its decision (KILLED).
     END_REASON = "perfgate.end_reason"
+    #: On an attempt (and the ``record --commit-time`` of one): the commit time of its ``revision``
+    #: condition, POSIX seconds; orders a benchmark's history.
+    COMMIT_TIME = "perfgate.commit_time"
+    #: On a suite run: its name; on an entry's decision run: the suite that judged it last.
+    SUITE = "perfgate.suite"
+    #: On a suite run: a digest of the entries' decisions and the suite's settings (a suite judged
+    #: again on the same decisions adopts its earlier run).
+    SUITE_KEY = "perfgate.suite_key"
+    #: On an entry's decision run: the suite run, the entry's name, its verdict and reason within the suite.
+    SUITE_RUN = "perfgate.suite_run"
+    SUITE_ENTRY = "perfgate.suite_entry"
+    SUITE_DECISION = "perfgate.suite_decision"
+    SUITE_REASON = "perfgate.suite_reason"
+    #: On a history run: the benchmark key (a digest of the conditions but the revision, and the host,
+    #: CPU model and torch version); ``perfgate.benchmark_conditions`` holds them as JSON.
+    BENCHMARK = "perfgate.benchmark"
+    BENCHMARK_CONDITIONS = "perfgate.benchmark_conditions"
+    #: On a decision run: the key of its prepared view of the attempts in the MLflow UI (the
+    #: experiment tag ``mlflow.sharedViewState.<key>``, opened by ``?viewStateShareKey=<key>``).
+    VIEW_KEY = "perfgate.view_key"
     #: prefix of the environment fingerprint's tags (``perfgate.env.<key>``)
     ENV_PREFIX = "perfgate.env."
     PARENT = "mlflow.parentRunId"
@@ -192,6 +221,13 @@ ARTIFACT_DIR = "perfgate"
 JOURNAL_FORMAT = 1
 #: Format version of ``decision.json``. History: 1 (this release; files without one are of release 0.1).
 DECISION_FORMAT = 1
+#: Format version of a suite run's ``suite.json``. History: 1 (its first release).
+SUITE_FORMAT = 1
+#: Format version of a history run's ``history.json``. History: 1 (its first release).
+HISTORY_FORMAT = 1
+#: The experiment tag prefix the MLflow UI reads a shared view state from (MLflow 3.17's
+#: ``mlflow.sharedViewState.<key>``, for the experiment page's ``?viewStateShareKey=<key>``).
+VIEW_STATE_PREFIX = "mlflow.sharedViewState."
 #: What ends a text :func:`fit` had to shorten.
 TRUNCATION_MARKER = " ...[truncated]"
 

@@ -1,0 +1,580 @@
+"""A suite of comparisons, one gate: read a suite file, run (or collect) every entry, judge them together.
+
+The application layer beside :mod:`mlflow_perfgate.harness`: it runs attempts (``workloads``),
+records them (``tracking``) and leaves every verdict to the rules (``rules.suite_gate`` through
+``tracking.evaluate_suite``).
+
+A suite file (TOML)::
+
+    [suite]
+    name = "nightly-cpu"            # required: the suite's name (perfgate.suite)
+    experiment = "perf"             # optional; else MLFLOW_EXPERIMENT_NAME / Default
+    alpha = 0.05                    # the error rate of the suite's rejects across its entries
+    control = "holm"                # holm (family-wise, a gate) or bh (false-discovery rate, a report)
+    interleave = "rounds"           # rounds: one ABBA round of each entry at a time; entries: one after another
+
+    [defaults]                      # any entry key, for every entry (tables are merged)
+    workload = "tinylm"
+    method = "robust"               # a statistical method (robust or paired) for latency entries
+    mode = "non_regression"
+    attempts = 6
+    set = {input_shape = "2,16", steps = 2}
+
+    [[entry]]
+    name = "checkpointing"
+    change = {checkpoint = true}    # a comparison to run
+
+    [[entry]]
+    name = "pr-42"
+    group = "pr-42-run-7"           # attempts already recorded: collected, never run
+
+(``groups = ["g1", "g2"]`` in ``[suite]`` adds one collected entry per recorded group, named by it.)
+
+Entry keys: ``name`` (required, unique), ``workload``, ``set`` (the fixed conditions),
+``change`` (the one variable the candidate changes; without it the entry is collected from
+``group``), ``group`` (default ``<suite name>/<entry name>`` for an entry that runs),
+``objective``, ``method``, ``mode``, ``margin``, ``alpha``, ``confidence``, ``thresholds`` (a
+table of any registered threshold), ``attempts``, ``until_decisive``, ``max_attempts``,
+``supervised``, ``timeout_s``, ``threads``, ``runner``, ``env_mismatch``.
+
+How entries share a machine (``interleave = "rounds"``, the default): the attempts of all the
+entries that run are interleaved round-robin, one ABBA round (2 attempts per arm: baseline,
+candidate, candidate, baseline) of each entry in turn, so a slow drift of the machine (a
+neighbour starting, thermal throttling) touches every entry alike instead of the last one.
+With ``until_decisive`` the suite looks after each pass over the entries still open: an entry
+stops as soon as the suite's gate (its error control included) decides it, or at
+``max_attempts`` per arm. ``interleave = "entries"`` runs each entry whole in turn
+(:func:`run_entry`, the function a dispatcher to other machines calls, one entry per task).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import rules
+from .rules._errors import InputError, PolicyError, StoreUnavailable
+
+__all__ = ["ENTRY_KEYS", "EntrySpec", "SuiteSpec", "evaluate", "load_suite", "parse_suite", "run", "run_entry", "start"]
+
+#: The keys an entry (or the ``[defaults]`` table) may hold.
+ENTRY_KEYS = ("name", "workload", "set", "change", "group", "objective", "method", "mode", "margin", "alpha",
+              "confidence", "thresholds", "attempts", "until_decisive", "max_attempts", "supervised", "timeout_s",
+              "threads", "runner", "env_mismatch")
+_SUITE_KEYS = ("name", "experiment", "alpha", "control", "interleave", "groups")
+_INTERLEAVE = ("rounds", "entries")
+#: Attempts per arm in one round of the round-robin: one ABBA block.
+ROUND = 2
+
+
+@dataclass(frozen=True)
+class EntrySpec:
+    """One entry of a suite, validated.
+
+    Attributes:
+        name: unique in the suite.
+        group: the group holding its attempts.
+        policy: how its comparison is decided.
+        workload, conditions, change: what runs (``change`` ``None``: collected, never run).
+        attempts, until_decisive, max_attempts: how many attempts per arm.
+        supervised, timeout_s, threads, runner: how each attempt runs.
+        env_mismatch: ``evaluate_group``'s option.
+    """
+
+    name: str
+    group: str
+    policy: rules.Policy
+    workload: str = "tinylm"
+    conditions: dict = field(default_factory=dict)
+    change: dict | None = None
+    attempts: int = 5
+    until_decisive: bool = False
+    max_attempts: int | None = None
+    supervised: bool = True
+    timeout_s: float = 300.0
+    threads: int | None = None
+    runner: str = "auto"
+    env_mismatch: str = "fail"
+
+    @property
+    def runs(self) -> bool:
+        """Whether the suite runs this entry's attempts (else it collects a recorded group)."""
+        return self.change is not None
+
+    @property
+    def max_looks(self) -> int | None:
+        """The last look of a sequential entry (``None`` without ``until_decisive``)."""
+        if not self.until_decisive:
+            return None
+        return 1 + math.ceil((self.max_attempts - self.attempts) / ROUND)
+
+    def look_at(self, attempts_per_arm: int) -> int | None:
+        """The look a sequential entry is at with that many attempts per arm (as ``compare`` counts)."""
+        if not self.until_decisive:
+            return None
+        extra = max(0, attempts_per_arm - self.attempts)
+        return min(self.max_looks, 1 + math.ceil(extra / ROUND))
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    """A suite, validated: its name, where it records, its error control and its entries."""
+
+    name: str
+    entries: tuple[EntrySpec, ...]
+    experiment: str | None = None
+    alpha: float = 0.05
+    control: str = "holm"
+    interleave: str = "rounds"
+    source: str = "<suite>"
+
+    def settings(self) -> dict:
+        """What the suite run logs as params."""
+        return {"alpha": self.alpha, "control": self.control, "interleave": self.interleave,
+                "entries": len(self.entries), "source": self.source}
+
+
+def load_suite(path: str | os.PathLike, **overrides: Any) -> SuiteSpec:
+    """Read and validate a suite file (TOML); ``overrides`` replace ``[suite]`` keys (``name``, ``alpha``, ...).
+
+    Raises:
+        InputError: the file cannot be read or parsed, or an entry is invalid (named).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read suite file {str(path)!r}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    return parse_suite(data, source=str(path), **overrides)
+
+
+def _where(source: str, position: int | None, name: Any = None) -> str:
+    if position is None:
+        return f"{source}: [defaults]"
+    return f"{source}: [[entry]] {position + 1}" + (f" ({name})" if isinstance(name, str) else "")
+
+
+def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> SuiteSpec:
+    """A :class:`SuiteSpec` from a parsed suite file (the dict ``tomllib`` gives), every entry checked.
+
+    Every policy is validated here, before anything runs: a latency entry judged by the seed
+    method is refused (it has no p-value for the suite's error control); ``method`` defaults to
+    ``robust`` for a latency entry and to ``seed`` for the other objectives (which only the
+    specification-style rule judges; they take part outside the error control).
+    """
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: a suite must be a table")
+    unknown = sorted(set(data) - {"suite", "defaults", "entry"})
+    if unknown:
+        raise InputError(f"{source}: unknown tables {unknown}; expected [suite], [defaults] and [[entry]]")
+    head = dict(data.get("suite") or {})
+    extra = sorted(set(head) - set(_SUITE_KEYS))
+    if extra:
+        raise InputError(f"{source}: [suite] has unknown keys {extra}; expected some of {list(_SUITE_KEYS)}")
+    head.update({key: value for key, value in overrides.items() if value is not None})
+    name = head.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise InputError(f"{source}: [suite] needs a name (a non-empty string)")
+    alpha = head.get("alpha", 0.05)
+    control = head.get("control", "holm")
+    from .rules._suite import CONTROLS, SUITE_SETTINGS
+    from .rules._policy import check_settings
+
+    check_settings(SUITE_SETTINGS, {"alpha": alpha}, PolicyError)
+    if control not in CONTROLS:
+        raise PolicyError(f"{source}: control must be one of {list(CONTROLS)}, got {control!r}")
+    interleave = head.get("interleave", "rounds")
+    if interleave not in _INTERLEAVE:
+        raise InputError(f"{source}: interleave must be one of {list(_INTERLEAVE)}, got {interleave!r}")
+    experiment = head.get("experiment")
+    if experiment is not None and (not isinstance(experiment, str) or not experiment.strip()):
+        raise InputError(f"{source}: experiment must be a non-empty string")
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise InputError(f"{source}: [defaults] must be a table")
+    _check_keys(defaults, _where(source, None), allow_name=False)
+    items = data.get("entry") or []
+    groups = head.get("groups") or []
+    if not isinstance(items, list) or not isinstance(groups, list) \
+            or not all(isinstance(group, str) and group.strip() for group in groups):
+        raise InputError(f"{source}: [[entry]] must be a list of tables and [suite] groups a list of group names")
+    items = [{"name": group, "group": group} for group in groups] + items  # recorded groups, each an entry
+    if not items:
+        raise InputError(f"{source}: a suite needs at least one [[entry]] (or [suite] groups)")
+    entries = [_entry(item, defaults, name, source, position) for position, item in enumerate(items)]
+    names = [entry.name for entry in entries]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InputError(f"{source}: entry names must be unique; given twice: {twice}")
+    groups = [entry.group for entry in entries]
+    shared = sorted({g for g in groups if groups.count(g) > 1})
+    if shared:
+        raise InputError(f"{source}: two entries share the group(s) {shared}; each entry needs its own")
+    return SuiteSpec(name, tuple(entries), experiment=experiment, alpha=float(alpha), control=control,
+                     interleave=interleave, source=source)
+
+
+def _check_keys(table: dict, where: str, *, allow_name: bool = True) -> None:
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: must be a table")
+    allowed = ENTRY_KEYS if allow_name else tuple(key for key in ENTRY_KEYS if key != "name")
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise InputError(f"{where}: unknown keys {unknown}; expected some of {list(allowed)}")
+    for key in ("set", "change", "thresholds"):
+        if key in table and not isinstance(table[key], dict):
+            raise InputError(f"{where}: {key} must be a table of KEY = VALUE")
+
+
+def _typed(value: Any, kind: type, key: str, where: str, *, minimum: float | None = None):
+    if value is None:
+        return None
+    if kind is bool:
+        if type(value) is not bool:
+            raise InputError(f"{where}: {key} must be true or false, got {value!r}")
+        return value
+    if kind is int and (type(value) is not int or (minimum is not None and value < minimum)):
+        raise InputError(f"{where}: {key} must be an integer >= {minimum}, got {value!r}")
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or (minimum is not None and value <= minimum):
+            raise InputError(f"{where}: {key} must be a number > {minimum}, got {value!r}")
+        return float(value)
+    if kind is str and (not isinstance(value, str) or not value.strip()):
+        raise InputError(f"{where}: {key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: int) -> EntrySpec:
+    where = _where(source, position, item.get("name") if isinstance(item, dict) else None)
+    _check_keys(item, where)
+    merged = {**defaults, **item}
+    for key in ("set", "thresholds"):
+        merged[key] = {**(defaults.get(key) or {}), **(item.get(key) or {})}
+    name = _typed(merged.get("name"), str, "name", where)
+    if name is None:
+        raise InputError(f"{where}: an entry needs a name")
+    where = _where(source, position, name)
+    change = merged.get("change")
+    group = _typed(merged.get("group"), str, "group", where)
+    if change is None and group is None:
+        raise InputError(f"{where}: give change (a comparison to run) or group (attempts already recorded)")
+    workload = _typed(merged.get("workload", "tinylm"), str, "workload", where)
+    attempts = _typed(merged.get("attempts", 5), int, "attempts", where, minimum=1)
+    until_decisive = _typed(merged.get("until_decisive", False), bool, "until_decisive", where)
+    max_attempts = _typed(merged.get("max_attempts"), int, "max_attempts", where, minimum=1)
+    if until_decisive:
+        max_attempts = 4 * attempts if max_attempts is None else max_attempts
+        if max_attempts < attempts:
+            raise InputError(f"{where}: max_attempts ({max_attempts}) must be >= attempts ({attempts})")
+    env_mismatch = merged.get("env_mismatch", "fail")
+    if env_mismatch not in ("fail", "warn", "ignore"):
+        raise InputError(f"{where}: env_mismatch must be fail, warn or ignore, got {env_mismatch!r}")
+    runner = merged.get("runner", "auto")
+    if runner not in ("auto", "fork", "spawn"):
+        raise InputError(f"{where}: runner must be auto, fork or spawn, got {runner!r}")
+    options = {key: merged.get(key) for key in ("method", "mode", "objective", "margin", "alpha", "confidence")}
+    options["objective"] = options["objective"] or "latency"
+    # a statistical method by default where one judges the objective (latency); the
+    # specification-style rule elsewhere (memory, throughput: outside the error control)
+    options["method"] = options["method"] or ("robust" if options["objective"] == "latency" else "seed")
+    options["mode"] = options["mode"] or "improvement"
+    try:
+        policy = rules.Policy(**{k: v for k, v in options.items() if v is not None}, **merged["thresholds"])
+    except PolicyError as exc:
+        raise PolicyError(f"{where}: {exc}") from None
+    if policy.objective == "latency" and policy.method == "seed":
+        raise PolicyError(f"{where}: the seed method gives no p-value; a suite's error control needs a statistical "
+                          "method for a latency entry: method = 'robust' or 'paired'")
+    conditions = dict(merged["set"])
+    if change is not None:
+        if len(change) != 1:
+            raise InputError(f"{where}: change must name exactly one variable, got {sorted(change)}")
+        from .harness import _base_conditions, _validated_change
+        from .rules._errors import PerfgateError
+
+        try:
+            _validated_change(_base_conditions(workload, conditions, attempts), dict(change),
+                              "the candidate change improves the objective")
+        except PerfgateError as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+    return EntrySpec(
+        name=name, group=group or f"{suite_name}/{name}", policy=policy, workload=workload, conditions=conditions,
+        change=dict(change) if change is not None else None, attempts=attempts, until_decisive=until_decisive,
+        max_attempts=max_attempts, supervised=_typed(merged.get("supervised", True), bool, "supervised", where),
+        timeout_s=_typed(merged.get("timeout_s", 300.0), float, "timeout_s", where, minimum=0),
+        threads=_typed(merged.get("threads"), int, "threads", where, minimum=1), runner=runner,
+        env_mismatch=env_mismatch)
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+
+class _Entry:
+    """A running entry: its comparison run, its arms, its ABBA rounds so far."""
+
+    def __init__(self, spec: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None, resume: bool, runners):
+        from .harness import _base_conditions, _validated_change
+        from .tracking import group_state, start_comparison
+
+        self.spec = spec
+        self.suite = suite
+        self._runners = runners
+        base = _base_conditions(spec.workload, spec.conditions, spec.attempts)
+        variable, value = _validated_change(base, spec.change, "the candidate change improves the objective")
+        self.arms = {"baseline": base, "candidate": {**base, variable: value}}
+        held = group_state(spec.group, experiment_name=suite.experiment)
+        if held["attempts"] and not resume:
+            raise InputError(
+                f"suite entry {spec.name!r}: group {spec.group!r} already holds {held['attempts']} attempts; pass "
+                "--resume to add to them, or run the suite under another --name")
+        if resume and held["comparison_run_id"]:
+            self.comparison_id = held["comparison_run_id"]
+        else:
+            self.comparison_id = start_comparison(spec.group, base, variable, objective=spec.policy.objective,
+                                                  experiment_name=suite.experiment, workload=spec.workload,
+                                                  parent_run_id=suite_run_id)
+        self.next_pair = held["next_pair"]
+        self.done = held["attempts"] // 2
+        self.started_with = self.done
+        self.deferred: list[str] = []
+
+    @property
+    def runner(self):
+        return self._runners(self.spec) if self.spec.supervised else None
+
+    def run_round(self, per_arm: int, on_attempt: Callable[[str, Any], None] | None = None) -> None:
+        """``per_arm`` attempts of each arm in ABBA order, each recorded as it ends (as ``compare`` does)."""
+        from .harness import _finish, _gpu_name
+        from .tracking import start_attempt
+        from .workloads import interleave, run_attempt
+
+        spec = self.spec
+        for index, arm in enumerate(interleave(per_arm)):
+            started = start_attempt(spec.group, arm, self.arms[arm], experiment_name=self.suite.experiment,
+                                    parent_run_id=self.comparison_id, pair=self.next_pair + index // 2,
+                                    environment={"gpu_name": _gpu_name(self.arms[arm])})
+            result = run_attempt(spec.workload, self.arms[arm], supervised=spec.supervised, timeout_s=spec.timeout_s,
+                                 threads=spec.threads, runner=self.runner)
+            if _finish(started, result, self.arms[arm]) is None:
+                self.deferred.append(started.attempt_id)
+            if on_attempt is not None:
+                on_attempt(f"{spec.name} {arm}", result)
+        self.next_pair += per_arm
+        self.done += per_arm
+
+    @property
+    def initial_left(self) -> int:
+        return max(0, self.started_with + self.spec.attempts - self.done)
+
+    def extra_left(self) -> int:
+        cap = (self.spec.max_attempts or self.spec.attempts) + self.started_with
+        return max(0, cap - self.done) if self.spec.until_decisive else 0
+
+    def look(self) -> int | None:
+        return self.spec.look_at(self.done)
+
+
+class _Runners:
+    """One attempt runner per (workload, kind), shared by the entries that run them; closed at the end."""
+
+    def __init__(self):
+        self._open: dict[tuple[str, str], Any] = {}
+
+    def __call__(self, spec: EntrySpec):
+        from .workloads import attempt_runner
+
+        key = (spec.workload, spec.runner)
+        if key not in self._open:
+            self._open[key] = attempt_runner(spec.runner, workload=spec.workload)
+        return self._open[key]
+
+    def close(self) -> None:
+        for runner in self._open.values():
+            with contextlib.suppress(Exception):
+                runner.close()
+        self._open.clear()
+
+
+def _items(suite: SuiteSpec, looks: dict[str, int | None] | None = None):
+    """The entries as the evaluator judges them, each at its look."""
+    from .tracking._suite import SuiteItem
+
+    looks = looks or {}
+    return [SuiteItem(entry.name, entry.group, entry.policy, look=looks.get(entry.name),
+                      max_looks=entry.max_looks if looks.get(entry.name) is not None else None,
+                      env_mismatch=entry.env_mismatch) for entry in suite.entries]
+
+
+def _recorded_looks(suite: SuiteSpec) -> dict[str, int | None]:
+    """Each sequential entry's look from the attempts its group holds (as its run counted them)."""
+    from .tracking import group_state
+
+    looks = {}
+    for entry in suite.entries:
+        if entry.runs and entry.until_decisive:
+            held = group_state(entry.group, experiment_name=suite.experiment)
+            looks[entry.name] = entry.look_at(held["attempts"] // 2) if held["attempts"] else None
+    return looks
+
+
+def run_entry(entry: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None = None, resume: bool = False,
+              on_attempt: Callable[[str, Any], None] | None = None) -> dict:
+    """Run one entry whole: its attempts in ABBA rounds, more while its own rule answers rerun (``until_decisive``).
+
+    The unit a dispatcher to other machines runs as one task: it needs the entry, the suite
+    (for the experiment) and the suite run to nest the entry's comparison under; the suite is
+    then judged by :func:`evaluate` (``suite_run_id``) once every entry has run. Its stopping
+    rule is the entry's own decision; the suite's error control holds whatever rule stops the
+    entries, because each look's test is held to its share spent at that look.
+
+    Returns:
+        ``{"name", "group", "comparison_run_id", "attempts_per_arm", "look", "max_looks", "deferred"}``.
+    """
+    if not entry.runs:
+        return {"name": entry.name, "group": entry.group, "comparison_run_id": None, "attempts_per_arm": None,
+                "look": None, "max_looks": None, "deferred": []}
+    runners = _Runners()
+    try:
+        running = _Entry(entry, suite, suite_run_id=suite_run_id, resume=resume, runners=runners)
+        while running.initial_left:
+            running.run_round(min(ROUND, running.initial_left), on_attempt)
+        while running.extra_left():
+            from .tracking import evaluate_group
+
+            interim = evaluate_group(entry.group, experiment_name=suite.experiment, policy=entry.policy,
+                                     env_mismatch=entry.env_mismatch, look=running.look(),
+                                     max_looks=entry.max_looks, dry_run=True)
+            if interim["decision"] != "rerun" or interim["reason"] not in ("insufficient_valid_runs", "inconclusive"):
+                break
+            running.run_round(min(ROUND, running.extra_left()), on_attempt)
+    finally:
+        runners.close()
+    return {"name": entry.name, "group": entry.group, "comparison_run_id": running.comparison_id,
+            "attempts_per_arm": running.done, "look": running.look(), "max_looks": entry.max_looks,
+            "deferred": running.deferred}
+
+
+_CONTINUE = ("insufficient_valid_runs", "inconclusive", "not_significant_in_suite")
+
+
+def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent_run_id: str | None = None,
+        on_attempt: Callable[[str, Any], None] | None = None, stale_after_s: float | None = None) -> dict:
+    """Run every entry that runs, collect the others, and judge the suite (``suite run``).
+
+    A suite run (``perfgate.kind=suite``) is created first; each entry's comparison run nests
+    under it. Entries run as ``suite.interleave`` says (see the module docstring); with
+    ``until_decisive`` an entry gets another round while the suite's gate answers ``rerun`` for
+    it for lack of evidence (``insufficient_valid_runs``, ``inconclusive``,
+    ``not_significant_in_suite``), up to its ``max_attempts``. The decision is then written onto
+    the suite run by :func:`~mlflow_perfgate.tracking.evaluate_suite`. If the run stops (an
+    error, SIGTERM), the suite run and the open comparison runs end KILLED with the reason.
+
+    Returns:
+        ``evaluate_suite``'s result.
+    """
+    from tqdm import tqdm
+
+    from .harness import Terminated, _terminate_as_exception
+    from .tracking import end_run, sync
+    from .tracking._evaluate import DEFAULT_STALE_AFTER_S
+    from .tracking._suite import evaluate_suite, judge_entries
+
+    stale_after_s = DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s
+    suite_run_id = start(suite, parent_run_id=parent_run_id)
+    runners = _Runners()
+    running: list[_Entry] = []
+    outcomes: dict[str, dict] = {}
+    total = sum(2 * entry.attempts for entry in suite.entries if entry.runs)
+    try:
+        with _terminate_as_exception(), tqdm(total=total, desc=f"suite {suite.name[:30]}", unit="attempt",
+                                             disable=not progress or not total, file=sys.stderr) as bar:
+            def counted(label: str, result) -> None:
+                bar.set_postfix_str(f"{label} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:30]}")
+                bar.update(1)
+                if on_attempt is not None:
+                    on_attempt(label, result)
+
+            if suite.interleave == "entries":
+                for entry in suite.entries:
+                    outcomes[entry.name] = run_entry(entry, suite, suite_run_id=suite_run_id, resume=resume,
+                                                     on_attempt=counted)
+            else:
+                for entry in suite.entries:  # one by one: a refused group leaves the others' runs to end KILLED
+                    if entry.runs:
+                        running.append(_Entry(entry, suite, suite_run_id=suite_run_id, resume=resume,
+                                              runners=runners))
+                while any(item.initial_left for item in running):  # round-robin, one ABBA round each
+                    for item in running:
+                        if item.initial_left:
+                            item.run_round(min(ROUND, item.initial_left), counted)
+                open_ = [item for item in running if item.extra_left()]
+                while open_:
+                    looks = {item.spec.name: item.look() for item in running}
+                    _, gate = judge_entries(_items(suite, looks), experiment_name=suite.experiment,
+                                            alpha=suite.alpha, control=suite.control, stale_after_s=stale_after_s,
+                                            dry_run=True)
+                    verdicts = {entry.name: entry for entry in gate.entries}
+                    open_ = [item for item in open_ if item.extra_left()
+                             and verdicts[item.spec.name].verdict == "rerun"
+                             and verdicts[item.spec.name].reason in _CONTINUE]
+                    for item in open_:
+                        bar.total += 2 * min(ROUND, item.extra_left())
+                        item.run_round(min(ROUND, item.extra_left()), counted)
+                for item in running:
+                    outcomes[item.spec.name] = {"look": item.look(), "deferred": item.deferred}
+            if any(outcome.get("deferred") for outcome in outcomes.values()):
+                with contextlib.suppress(StoreUnavailable):  # the server may be back: send what waits
+                    sync()
+            looks = {name: outcome.get("look") for name, outcome in outcomes.items()}
+            summary = evaluate_suite(suite.name, _items(suite, looks), experiment_name=suite.experiment,
+                                     alpha=suite.alpha, control=suite.control, stale_after_s=stale_after_s,
+                                     suite_run_id=suite_run_id)
+    except BaseException as exc:
+        reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
+        for run_id in [item.comparison_id for item in running] + [suite_run_id]:
+            with contextlib.suppress(Exception):  # the server may be what failed; the original error matters
+                end_run(run_id, "KILLED", reason=f"suite stopped before its decision: {reason}"[:2000])
+        raise
+    finally:
+        runners.close()
+    return summary
+
+
+def start(suite: SuiteSpec, *, parent_run_id: str | None = None) -> str:
+    """Create the suite run (RUNNING) that the entries' comparisons nest under; its id.
+
+    For a dispatcher that runs the entries elsewhere: ``suite_run_id = start(spec)``, then
+    :func:`run_entry` for each entry (``suite_run_id=suite_run_id``), then :func:`evaluate`
+    with the same ``suite_run_id`` writes the decision onto it.
+    """
+    from .tracking._suite import start_suite
+
+    return start_suite(suite.name, experiment_name=suite.experiment, settings=suite.settings(),
+                       parent_run_id=parent_run_id)
+
+
+def evaluate(suite: SuiteSpec, *, dry_run: bool = False, stale_after_s: float | None = None,
+             suite_run_id: str | None = None) -> dict:
+    """Judge a suite's recorded groups and write its decision (``suite evaluate``); nothing runs.
+
+    A sequential entry's look is read from the attempts its group holds, so judging again what
+    ``suite run`` judged gives the same decisions (and adopts the same runs).
+    """
+    from .tracking._evaluate import DEFAULT_STALE_AFTER_S
+    from .tracking._suite import evaluate_suite
+
+    return evaluate_suite(suite.name, _items(suite, _recorded_looks(suite)), experiment_name=suite.experiment,
+                          alpha=suite.alpha, control=suite.control,
+                          stale_after_s=DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s,
+                          dry_run=dry_run, suite_run_id=suite_run_id, settings=suite.settings())
+

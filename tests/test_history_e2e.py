@@ -1,0 +1,144 @@
+"""A benchmark's history end to end: a recorded series with a known change point, failures counted as the
+evaluator counts them, the history run it leaves; and a bisect in a small git repository."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+import mlflow_perfgate as pg
+from mlflow_perfgate.cli import main
+
+EXPERIMENT = "history-e2e"
+BENCH = {"model": "TinyLM", "input_shape": "4,128", "batch_size": 4, "dtype": "fp32", "device": "cpu",
+         "measurement_method": "wall_ms"}
+T0 = 1_700_000_000
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def log_revision(index, latencies, failures=0, *, conditions=BENCH, environment=None):
+    revision = f"{index:02d}" + "a" * 38
+    for latency in latencies:
+        pg.log_attempt(f"nightly-{index}", "baseline", {**conditions, "revision": revision}, latency_ms=float(latency),
+                       quality=0.9, experiment_name=EXPERIMENT, commit_time=T0 + 3600 * index, environment=environment)
+    for _ in range(failures):
+        pg.log_attempt(f"nightly-{index}", "baseline", {**conditions, "revision": revision}, ok=False,
+                       failure="timeout", experiment_name=EXPERIMENT, commit_time=T0 + 3600 * index,
+                       environment=environment)
+    return revision
+
+
+def test_a_recorded_series_with_a_known_change_point(sqlite_uri, capsys):
+    rng = np.random.default_rng(5)
+    revisions = [log_revision(i, (100 if i < 7 else 130) * np.exp(rng.normal(0, 0.02, 3))) for i in range(12)]
+    log_revision(3, [500.0], environment={"host": "another-machine"})  # another benchmark: another host
+    code, out, err = run_cli(capsys, "history", "--experiment", EXPERIMENT, "--list")
+    assert code == 0 and len(out.strip().splitlines()) == 2 and "host=another-machine" in out
+    code, _, err = run_cli(capsys, "history", "--experiment", EXPERIMENT)
+    assert code == 2 and "2 benchmarks match; choose one with --benchmark KEY" in err
+    key = next(line.split()[0] for line in out.splitlines() if "another-machine" not in line)
+    code, out, err = run_cli(capsys, "history", "--experiment", EXPERIMENT, "--benchmark", key[:6])
+    assert code == 0, err
+    assert f"regression (slower) at {revisions[7]} (after {revisions[6]})" in out
+    assert "1 regression, 0 improvements, 0 suspicious" in out
+    runs = MlflowClient().search_runs([MlflowClient().get_experiment_by_name(EXPERIMENT).experiment_id],
+                                      "tags.\"perfgate.kind\" = 'history'")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.data.tags["perfgate.benchmark"] == key and run.data.metrics["regressions"] == 1
+    assert run.data.metrics["revisions"] == 12 and run.data.params["perfgate.alpha"] == "0.01"
+    medians = MlflowClient().get_metric_history(run.info.run_id, "revision_median_ms")
+    assert [m.step for m in sorted(medians, key=lambda m: m.step)] == list(range(12))
+    assert "## History of benchmark" in run.data.tags["mlflow.note.content"]
+    payload = pg.tracking._history.read_history(run.info.run_id)
+    assert payload["format_version"] == 1 and [r["revision"] for r in payload["revisions"]] == revisions
+    artifacts = {f.path for f in MlflowClient().list_artifacts(run.info.run_id, "perfgate")}
+    assert artifacts == {"perfgate/history.json", "perfgate/history.png", "perfgate/history.md"}
+
+
+def test_failed_attempts_count_as_the_evaluator_counts_them(sqlite_uri, capsys):
+    rng = np.random.default_rng(9)
+    revisions = []
+    for i in range(12):  # latency steady; from revision 6 on, 2 of 5 attempts fail
+        revisions.append(log_revision(i, 100 * np.exp(rng.normal(0, 0.02, 3 if i >= 6 else 5)),
+                                      failures=2 if i >= 6 else 0))
+    # an attempt that crashed without reporting (ended FAILED, no perfgate.ok) is a failure too
+    client = MlflowClient()
+    experiment_id = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    env = {k: v for k, v in client.search_runs([experiment_id], max_results=1)[0].data.tags.items()
+           if k.startswith("perfgate.env.")}
+    crashed = client.create_run(experiment_id, tags={"perfgate.kind": "attempt", "perfgate.group": "nightly-9",
+                                                     "perfgate.arm": "baseline", **env,
+                                                     "perfgate.commit_time": str(T0 + 9 * 3600)})
+    for key, value in {**BENCH, "revision": revisions[9]}.items():
+        client.log_param(crashed.info.run_id, key, pg.tracking.canonical_value(value))
+    client.set_terminated(crashed.info.run_id, "FAILED")
+    code, out, err = run_cli(capsys, "history", "--experiment", EXPERIMENT, "--set", "model=TinyLM", "--format", "json")
+    assert code == 0, err
+    payload = json.loads(out)
+    by_revision = {r["revision"]: r for r in payload["revisions"]}
+    assert by_revision[revisions[9]]["failed"] == 3 and by_revision[revisions[9]]["attempted"] == 6
+    assert by_revision[revisions[2]]["failure_rate"] == 0
+    (point,) = payload["change_points"]
+    assert point["label"] == "regression" and point["direction"] == "more_failures"
+    assert point["revision"] == revisions[6] and "failure_rate" in point["signals"]
+
+
+def _git(repo, *args, env=None):
+    import os
+
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}).stdout.strip()
+
+
+@pytest.mark.slow
+def test_bisect_finds_the_commit_that_slowed_the_bench_and_reuses_its_decisions(sqlite_uri, tmp_path, capsys,
+                                                                              monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    shas = []
+    for index in range(8):  # commit 5 makes a step three times slower
+        (repo / "bench.py").write_text(f"DELAY_S = {0.06 if index >= 5 else 0.02}\n")
+        (repo / "notes.txt").write_text(f"commit {index}\n")
+        _git(repo, "add", ".")
+        when = f"@{T0 + 60 * index} +0000"
+        _git(repo, "commit", "-q", "-m", f"commit {index}", env={"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when})
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    monkeypatch.chdir(repo)
+    argv = ["history", "--bisect", shas[0], shas[-1], "--workload", "tests.workloads_fixtures.bisect_bench:make",
+            *[f"--set={k}={v}" for k, v in {"model": "bench", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32",
+                                            "device": "cpu", "measurement_method": "sleep_ms", "warmup": 1,
+                                            "steps": 3}.items()], "--margin", "0.5", "--in-process",
+            "--experiment", "bisect"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, out + err
+    assert f"first bad commit: {shas[5]} commit 5" in out
+    client = MlflowClient()
+    experiment_id = client.get_experiment_by_name("bisect").experiment_id
+    comparisons = client.search_runs([experiment_id], "tags.\"perfgate.comparison\" = 'true'")
+    assert 2 <= len(comparisons) <= 4  # the bad end, then at most ceil(log2(7)) = 3 steps
+    attempts = client.search_runs([experiment_id], "tags.\"perfgate.kind\" = 'attempt'", max_results=1000)
+    for attempt in attempts:  # the revision's commit time, read from git when the attempt was recorded
+        revision = attempt.data.params["revision"]
+        assert attempt.data.tags["perfgate.commit_time"] == str(T0 + 60 * shas.index(revision))
+    assert not (repo / ".git" / "perfgate-worktrees").exists() or not any((repo / ".git" / "perfgate-worktrees").iterdir())
+    # again: every decision is reused, nothing runs
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and f"first bad commit: {shas[5]}" in out and "recorded before" in out
+    assert len(client.search_runs([experiment_id], "tags.\"perfgate.comparison\" = 'true'")) == len(comparisons)
+    # a range whose bad end is no regression: nothing to bisect, exit 1
+    code, out, _ = run_cli(capsys, *[shas[1] if a == shas[-1] else a for a in argv])
+    assert code == 1 and "shows no regression" in out, out
