@@ -11,6 +11,7 @@ import importlib
 
 _EXPORTS = {
     "AttemptDeferred": "_attempts",
+    "abandon": "_maintenance",
     "AttemptRecorder": "_attempts",
     "StartedAttempt": "_attempts",
     "DEFAULT_STALE_AFTER_S": "_evaluate",
@@ -38,6 +39,7 @@ _EXPORTS = {
     "run_url": "_runs",
     "start_comparison": "_runs",
     "sync": "_maintenance",
+    "tag_run": "_runs",
 }
 
 __all__ = sorted([*_EXPORTS, "DECISION_COLUMNS"])

@@ -108,6 +108,10 @@ class TAG:
     EXCLUDED_REASON = "perfgate.excluded_reason"
     #: On a comparison run: why it ended before its decision (KILLED).
     END_REASON = "perfgate.end_reason"
+    #: On a comparison run dispatched to a Ray cluster (``ray_dispatch``): the Ray node id it ran on.
+    NODE = "perfgate.node"
+    #: On a comparison run dispatched to a Ray cluster: the host name of that node.
+    NODE_HOST = "perfgate.node_host"
     #: prefix of the environment fingerprint's tags (``perfgate.env.<key>``)
     ENV_PREFIX = "perfgate.env."
     PARENT = "mlflow.parentRunId"
