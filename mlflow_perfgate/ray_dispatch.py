@@ -62,6 +62,7 @@ __all__ = [
     "FAILED",
     "LOST",
     "NODE_RESOURCE",
+    "NOT_STARTED",
     "OUTCOME_STATES",
     "TIMEOUT",
     "Try",
@@ -405,7 +406,8 @@ class _Dispatch:
                     break  # waiting entries, and no node can take them: reported below
                 ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=self.poll_s)
                 for ref in ready:
-                    self.finish(ref, self.running.pop(ref))
+                    self.finish(ref, self.running[ref])
+                    del self.running[ref]  # after: a dispatcher stopped inside finish still ends its runs
                 self.cancel_overdue()
         except BaseException as exc:
             self.stop_all(f"dispatcher_stopped: the dispatcher ended before the entry ({type(exc).__name__}: {exc})")
@@ -461,6 +463,7 @@ class _Dispatch:
 
     def stop_all(self, reason: str) -> None:
         """Cancel every running task and end its runs as failed: nothing is left RUNNING behind a stopped dispatcher."""
+        # An outcome the dying process still writes wins over the KILLED written here (attempt_state).
         for ref, slot in list(self.running.items()):
             try:
                 self.ray.cancel(ref, force=True)
@@ -515,7 +518,8 @@ class _Dispatch:
                 avoid = frozenset(t.node_id for t in self.tries[slot.index] if t.node_id)
                 self.waiting.append(_Waiting(slot.index, rerun, slot.number + 1, avoid))
             else:
-                left = "on_lost='report'" if self.on_lost == "report" else f"no re-run left (max_reruns={self.max_reruns})"
+                left = ("on_lost='report'" if self.on_lost == "report"
+                        else f"no re-run left (max_reruns={self.max_reruns})")
                 self.conclude(slot.index, LOST, reason=f"{reason}; {left}", group=group, node_id=slot.node.id)
             return
         notes = []
