@@ -174,7 +174,8 @@ def abandon(group: str, reason: str, *, experiment_name: str | None = None) -> l
         experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     except InputError:
         return []  # no experiment: nothing was written
-    runs = _client.search_all(mlflow_client, [experiment_id], f"{group_filter(group)} AND attributes.status = 'RUNNING'")
+    running = f"{group_filter(group)} AND attributes.status = 'RUNNING'"
+    runs = _client.search_all(mlflow_client, [experiment_id], running)
     now_ms = int(time.time() * 1000)
     ended = []
     for run in runs:
