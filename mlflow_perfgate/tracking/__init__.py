@@ -11,6 +11,7 @@ from .._lazy import lazy_exports
 
 _EXPORTS = {
     "AttemptDeferred": "_attempts",
+    "abandon": "_maintenance",
     "AttemptRecorder": "_attempts",
     "StartedAttempt": "_attempts",
     "SuiteItem": "_suite",
@@ -44,6 +45,7 @@ _EXPORTS = {
     "start_comparison": "_runs",
     "suite_decisions": "_suite",
     "sync": "_maintenance",
+    "tag_run": "_runs",
 }
 
 __all__ = sorted([*_EXPORTS, "DECISION_COLUMNS"])

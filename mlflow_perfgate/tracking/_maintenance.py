@@ -14,7 +14,7 @@ from ._environment import process_alive
 from ._group import attempt_state, group_filter
 from ._schema import KIND_ATTEMPT, KIND_COMPARISON, TAG
 
-__all__ = ["forget", "parse_duration", "reap", "sync"]
+__all__ = ["abandon", "forget", "parse_duration", "reap", "sync"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -139,6 +139,66 @@ def reap(older_than_s: float, *, experiment_name: str | None = None, group: str 
         _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(status)))
         reaped.append(run_id)
     return reaped
+
+
+def abandon(group: str, reason: str, *, experiment_name: str | None = None) -> list[str]:
+    """End a group's runs left RUNNING by a writer the caller knows is gone, as failures with ``reason``.
+
+    For what this host cannot see: the process that ran the group's attempts lived on another
+    host (a Ray node that died, a task that was cancelled), so ``supervisor_died`` cannot be
+    checked here, and the evaluator would wait for its attempts until they are stale
+    (``stale_after_s``, an hour by default). The caller must know that no process still writes
+    the group (``ray_dispatch`` knows: the only task that ran it ended). One search for the
+    group's RUNNING runs, then:
+
+    - an attempt whose outcome was written but whose run was never terminated ends FINISHED or
+      FAILED, as its outcome says (as :func:`reap` does);
+    - an attempt without an outcome ends KILLED with ``reason`` as ``perfgate.failure``: the
+      evaluator counts it as a failed attempt (``crashed``), never as a success; an outcome that
+      ``sync`` sends later from the writer's journal is written as a run of the same
+      ``attempt_id`` and replaces it in the counts (an outcome known beats a crash assumed);
+    - a comparison run without a decision ends KILLED with ``reason`` as ``perfgate.end_reason``.
+
+    Runs that ended already are left as they are.
+
+    Returns:
+        The run ids ended.
+
+    Raises:
+        InputError: an empty reason.
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise InputError("abandon needs a reason (why the group's writer is gone)")
+    mlflow_client = _client.client()
+    try:
+        experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
+    except InputError:
+        return []  # no experiment: nothing was written
+    running = f"{group_filter(group)} AND attributes.status = 'RUNNING'"
+    runs = _client.search_all(mlflow_client, [experiment_id], running)
+    now_ms = int(time.time() * 1000)
+    ended = []
+    for run in runs:
+        tags, run_id = run.data.tags, run.info.run_id
+        if tags.get(TAG.GROUP) != group:
+            continue
+        kind = tags.get(TAG.KIND)
+        if kind == KIND_ATTEMPT:
+            state, _ = attempt_state(tags, run.info.status, run.info.start_time, now_ms, float("inf"))
+            if state in ("ok", "failed"):
+                status = RunStatus.FINISHED if state == "ok" else RunStatus.FAILED
+            else:
+                status = RunStatus.KILLED
+                if state != "excluded":  # forget took it out already; its reason stays
+                    _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.FAILURE, clip(reason)))
+        elif kind == KIND_COMPARISON and TAG.DECISION not in tags:
+            status = RunStatus.KILLED
+            _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.END_REASON, clip(reason)))
+        else:
+            continue
+        _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(status)))
+        ended.append(run_id)
+    return ended
 
 
 def forget(group: str, run_ids: list[str], reason: str) -> list[str]:

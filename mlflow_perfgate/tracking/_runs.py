@@ -24,7 +24,8 @@ from ._schema import (
     group_key,
 )
 
-__all__ = ["end_run", "group_state", "log_diagnosis", "log_failed_diagnosis", "run_url", "start_comparison"]
+__all__ = ["end_run", "group_state", "log_diagnosis", "log_failed_diagnosis", "run_url", "start_comparison",
+           "tag_run"]
 
 
 def start_comparison(group: str, conditions: dict, changed_variable: str, *, objective: str = "latency",
@@ -61,6 +62,12 @@ def end_run(run_id: str, status: str = "FINISHED", *, reason: str | None = None)
     if reason:
         _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.END_REASON, fit(reason, MAX_TAG_VALUE)))
     _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.from_string(status))))
+
+
+def tag_run(run_id: str, tags: dict[str, str]) -> None:
+    """Set tags of the tool's own making on a run we created (one batched write); values are cut to fit."""
+    mlflow_client = _client.client()
+    _client.log_batch(mlflow_client, run_id, tags={key: fit(str(value), MAX_TAG_VALUE) for key, value in tags.items()})
 
 
 def log_diagnosis(bundle: dict, synthesis: dict, plan: dict, *, experiment_name: str | None = None,

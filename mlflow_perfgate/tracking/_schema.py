@@ -149,6 +149,10 @@ class TAG:
     #: On a decision run: the key of its prepared view of the attempts in the MLflow UI (the
     #: experiment tag ``mlflow.sharedViewState.<key>``, opened by ``?viewStateShareKey=<key>``).
     VIEW_KEY = "perfgate.view_key"
+    #: On a comparison run dispatched to a Ray cluster (``ray_dispatch``): the Ray node id it ran on.
+    NODE = "perfgate.node"
+    #: On a comparison run dispatched to a Ray cluster: the host name of that node.
+    NODE_HOST = "perfgate.node_host"
     #: prefix of the environment fingerprint's tags (``perfgate.env.<key>``)
     ENV_PREFIX = "perfgate.env."
     PARENT = "mlflow.parentRunId"
