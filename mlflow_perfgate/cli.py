@@ -206,6 +206,13 @@ def exit_for(result: dict) -> None:
     sys.exit(EXIT_CODES[result["decision"]])
 
 
+def exit_for_suite(summary: dict) -> None:
+    """Exit with the suite decision's code; a suite decision not written onto a suite run never exits 0."""
+    if not summary.get("suite_run_id"):
+        _fail(f"no suite decision was logged (decision {summary.get('decision')!r}); nothing was accepted")
+    sys.exit(EXIT_CODES[summary["decision"]])
+
+
 def _until_decided(run, what: str, *args, **kwargs):
     """Call ``run``; a ``SystemExit`` from the code it ran (a workload's ``sys.exit``) is an error, never exit 0.
 
@@ -537,20 +544,37 @@ def _load(suite_file, name, experiment, alpha, control):
 @click.option("--resume", is_flag=True, help="Add to groups that already hold attempts (a re-run of the suite).")
 @click.option("--in-process", is_flag=True, help="Run every entry's attempts in this process (overrides supervised).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Run each entry whole on one node of this Ray cluster (HOST:PORT, ray://HOST:10001 or auto); "
+                   "the tracking URI must be a server every node reaches.")
+@click.option("--ray-gpus", type=click.IntRange(min=0), default=0, show_default=True,
+              help="GPUs each entry holds on its node.")
 @guarded
-def suite_run(suite_file, name, experiment, alpha, control, output_format, resume, in_process, no_progress):
+def suite_run(suite_file, name, experiment, alpha, control, output_format, resume, in_process, no_progress,
+              ray_address, ray_gpus):
     """Run every entry's comparison (round-robin by ABBA rounds), collect the recorded ones, decide once."""
     import dataclasses
 
     spec = _load(suite_file, name, experiment, alpha, control)
     if in_process:
         spec = dataclasses.replace(spec, entries=tuple(dataclasses.replace(e, supervised=False) for e in spec.entries))
-    from mlflow_perfgate.suite import run as run_suite
+    parent = os.environ.get("MLFLOW_RUN_ID") or None
+    if ray_address is not None:
+        if resume:
+            raise click.UsageError("--resume is not taken with --ray: a lost entry runs again in a fresh group")
+        from mlflow_perfgate.suite import run_on_ray
 
-    summary = run_suite(spec, resume=resume, progress=not no_progress,
-                        parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None)
+        summary = run_on_ray(spec, ray_address, parent_run_id=parent, gpus=ray_gpus)
+        for item in summary["ray"]:
+            if item["state"] != "decided" or item["tries"] > 1:
+                click.echo(f"ray: entry {item['entry']}: {item['state']} after {item['tries']} tries "
+                           f"({item['reason'] or 'decided'}); judged on group {item['group']}", err=True)
+    else:
+        from mlflow_perfgate.suite import run as run_suite
+
+        summary = run_suite(spec, resume=resume, progress=not no_progress, parent_run_id=parent)
     print_suite(summary, output_format)
-    exit_for(summary)
+    exit_for_suite(summary)
 
 
 @suite.command("evaluate")
@@ -565,7 +589,7 @@ def suite_evaluate(suite_file, name, experiment, alpha, control, output_format, 
 
     summary = evaluate_suite(spec, stale_after_s=stale_after)
     print_suite(summary, output_format)
-    exit_for(summary)
+    exit_for_suite(summary)
 
 
 def _conditions(sets: tuple[str, ...], allow_empty: bool = False) -> dict:

@@ -50,6 +50,7 @@ stops as soon as the suite's gate (its error control included) decides it, or at
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -547,6 +548,52 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
         raise
     finally:
         runners.close()
+    return summary
+
+
+def _ray_task(item: dict) -> dict:
+    """What a Ray node runs for one entry (``run_on_ray``): the entry whole, in the group the dispatcher gives."""
+    entry = dataclasses.replace(item["entry"], group=item["group"])
+    return run_entry(entry, item["suite"], suite_run_id=item["suite_run_id"])
+
+
+def run_on_ray(suite: SuiteSpec, address: str, *, parent_run_id: str | None = None, gpus: int = 0,
+               cpus_per_node: float | None = None, timeout_s: float = 3600.0, stale_after_s: float | None = None,
+               on_lost: str = "rerun") -> dict:
+    """``suite run --ray ADDRESS``: every entry that runs goes whole to one node of the Ray cluster it holds
+    (``ray_dispatch.run_entries_on_ray``), then the suite is judged once, waiting for every entry.
+
+    An entry whose node was lost is run again on another node, in a fresh group (its lost
+    attempts end as failures, never successes); the suite then judges that group. An entry that
+    failed, timed out, was lost for good or could not be scheduled is judged on what its group
+    holds, and the suite says why (``ray`` in the result).
+
+    Returns:
+        ``evaluate_suite``'s result, with ``ray``: each entry's dispatch state, node and group.
+    """
+    from .ray_dispatch import run_entries_on_ray
+    from .tracking._suite import evaluate_suite
+
+    suite_run_id = start(suite, parent_run_id=parent_run_id)
+    running = [entry for entry in suite.entries if entry.runs]
+    items = [{"group": entry.group, "experiment_name": suite.experiment, "entry": entry, "suite": suite,
+              "suite_run_id": suite_run_id} for entry in running]
+    outcomes = run_entries_on_ray(address, items, _ray_task, cpus_per_node=cpus_per_node, gpus=gpus,
+                                  timeout_s=timeout_s, on_lost=on_lost) if items else []
+    groups = {entry.name: outcome.group or entry.group for entry, outcome in zip(running, outcomes)}
+    judged = dataclasses.replace(suite, entries=tuple(
+        dataclasses.replace(entry, group=groups.get(entry.name, entry.group)) for entry in suite.entries))
+    looks = {entry.name: outcome.result.get("look") for entry, outcome in zip(running, outcomes)
+             if outcome.decided and isinstance(outcome.result, dict)}
+    from .tracking._evaluate import DEFAULT_STALE_AFTER_S
+
+    summary = evaluate_suite(judged.name, _items(judged, looks), experiment_name=judged.experiment,
+                             alpha=judged.alpha, control=judged.control,
+                             stale_after_s=DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s,
+                             suite_run_id=suite_run_id)
+    summary["ray"] = [{"entry": entry.name, "state": outcome.state, "group": outcome.group,
+                       "node_id": outcome.node_id, "reason": outcome.reason, "tries": len(outcome.tries)}
+                      for entry, outcome in zip(running, outcomes)]
     return summary
 
 

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 import mlflow_perfgate as pg
 import mlflow_perfgate.workloads as pg_workloads
 from mlflow_perfgate.cli import main
-from mlflow_perfgate.harness import candidate_change_for, compare, diagnose
+from mlflow_perfgate.harness import candidate_change_for, compare
 from mlflow_perfgate.tracking import TAG
 
 TINY = {"input_shape": "2,16", "warmup": 1, "steps": 3}

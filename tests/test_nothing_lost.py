@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from mlflow_perfgate.errors import InputError
 from mlflow_perfgate.tracking import TAG, AttemptDeferred, reap, sync
 from mlflow_perfgate.tracking import _journal
 
-from conftest import REPO, free_port, start_mlflow_server, stop_server
+from conftest import REPO
 from fault_proxy import FaultProxy
 from helpers import BASELINE_MS, CANDIDATE, CANDIDATE_MS, CONDITIONS, log_series
 

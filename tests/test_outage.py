@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 import mlflow_perfgate as pg
 from mlflow_perfgate.cli import main
-from mlflow_perfgate.tracking import TAG, AttemptDeferred, parse_duration, reap, sync
+from mlflow_perfgate.tracking import TAG, parse_duration, reap, sync
 
 from conftest import free_port, start_mlflow_server, stop_server
 from helpers import CANDIDATE, CONDITIONS

@@ -76,6 +76,8 @@ def test_credentials_travel_in_the_runtime_env_unless_told_not_to(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ci")
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "perf")
+    for name in ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"):
+        monkeypatch.delenv(name, raising=False)  # set by our own client once it has run in this process
     env = _runtime_env({"pip": ["mlflow-perfgate"], "env_vars": {"EXTRA": "1"}}, pass_credentials=True)
     assert env["pip"] == ["mlflow-perfgate"]
     assert env["env_vars"] == {"EXTRA": "1", "MLFLOW_TRACKING_URI": "https://mlflow.example.com",
@@ -283,6 +285,63 @@ def test_an_entry_that_fails_or_hangs_is_reported_and_leaves_nothing_running(on_
     # asking for a GPU on a cluster without one: reported at once, nothing dispatched
     (none,) = run_entries_on_ray(on_cluster.address, [_entry("ray-gpu")], run_tinylm_entry, gpus=1)
     assert none.state == UNSCHEDULABLE and none.tries == () and "fewer than 1 GPUs" in none.reason
+
+
+@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.ray
+def test_suite_run_on_the_cluster_judges_every_entry_once(on_cluster, mlflow_server, tmp_path, capsys):
+    """``suite run --ray ADDRESS``: each running entry on a node of its own, one suite decision over all.
+
+    Before the test that kills a worker (the cluster is the module's).
+    """
+    from mlflow_perfgate.cli import main
+    from mlflow_perfgate.tracking import TAG
+
+    experiment = os.environ["MLFLOW_EXPERIMENT_NAME"]
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f"""
+[suite]
+name = "on-ray"
+experiment = "{experiment}"
+
+[defaults]
+mode = "non_regression"
+attempts = 2
+set = {{input_shape = "2,16", steps = 2, warmup = 1}}
+thresholds = {{min_valid_runs = 2}}
+
+[[entry]]
+name = "checkpoint"
+change = {{checkpoint = true}}
+
+[[entry]]
+name = "workers"
+change = {{num_workers = 1}}
+""", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["suite", "run", str(suite), "--ray", on_cluster.address, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code in (0, 1, 3), out + err
+    import json
+
+    summary = json.loads(out)
+    assert [item["state"] for item in summary["ray"]] == ["decided", "decided"], summary["ray"]
+    workers = {on_cluster.node_id(name) for name in ("worker1", "worker2")}
+    assert {item["node_id"] for item in summary["ray"]} == workers  # side by side, never on the head
+    client = MlflowClient(mlflow_server)
+    suite_run = client.get_run(summary["suite_run_id"])
+    assert suite_run.info.status == "FINISHED" and suite_run.data.tags[TAG.KIND] == "suite"
+    assert suite_run.data.tags[TAG.DECISION] == summary["decision"]
+    for group in ("on-ray/checkpoint", "on-ray/workers"):
+        comparison, attempts = _runs_of(client, group)
+        assert comparison.data.tags["mlflow.parentRunId"] == suite_run.info.run_id
+        assert comparison.data.tags[TAG.NODE] in workers
+        assert len(attempts) == 4 and {a.data.tags[TAG.OK] for a in attempts} == {"true"}
+    # refused before anything runs: a lost entry re-runs in a fresh group, so there is nothing to resume
+    with pytest.raises(SystemExit) as exit_info:
+        main(["suite", "run", str(suite), "--ray", on_cluster.address, "--resume"])
+    assert exit_info.value.code == 2 and "--resume is not taken with --ray" in capsys.readouterr().err
 
 
 @pytest.mark.slow

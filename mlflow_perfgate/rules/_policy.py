@@ -241,6 +241,14 @@ class Policy:
     def __hash__(self) -> int:
         return hash(tuple(sorted(self.options().items())))
 
+    def __reduce__(self):
+        # pickled by its options (a suite entry travels to a Ray node): the slots are read-only
+        return _from_options, (self.options(),)
+
     def __repr__(self) -> str:
         return "Policy(" + ", ".join(f"{key}={value!r}" for key, value in self.options().items()) + ")"
 
+
+
+def _from_options(options: dict) -> Policy:
+    return Policy(**options)

@@ -256,7 +256,12 @@ def recommended_attempts(baseline_latencies, candidate_latencies, *, margin: flo
         return None
     shift, _, _ = log_shift(base, cand, None)
     delta = abs(float(shift) - math.log1p(margin))
-    variance = float(robust_sigma(base)) ** 2 + float(robust_sigma(cand)) ** 2
+    return _attempts_for(float(robust_sigma(base)) ** 2 + float(robust_sigma(cand)) ** 2, delta, alpha, power)
+
+
+def _attempts_for(variance: float, delta: float, alpha: float, power: float) -> int | None:
+    """Attempts per arm for a one-sided rank test at ``alpha`` to settle a gap ``delta`` of log latency
+    with ``power``, the spread ``variance`` (normal approximation, the rank test's efficiency)."""
     if variance == 0:
         return None if delta == 0 else 2
     if delta == 0:
@@ -497,19 +502,7 @@ def recommended_pairs(d, *, margin: float, alpha: float = 0.05, power: float = 0
         raise InputError("log ratios must be finite")
     shift, _, _ = paired_log_shift(d, None)
     delta = abs(shift - math.log1p(margin))
-    variance = robust_sigma(d) ** 2
-    if variance == 0:
-        return None if delta == 0 else 2
-    if delta == 0:
-        return _MAX_RECOMMENDED
-    z = float(_norm().isf(alpha) + _norm().ppf(power))
-    try:
-        attempts = z * z * variance / (delta * delta) / _MWU_EFFICIENCY
-    except (OverflowError, ZeroDivisionError):
-        return _MAX_RECOMMENDED
-    if not math.isfinite(attempts):
-        return _MAX_RECOMMENDED
-    return int(min(_MAX_RECOMMENDED, max(2, math.ceil(attempts))))
+    return _attempts_for(float(robust_sigma(d)) ** 2, delta, alpha, power)
 
 
 def min_attempts_mann_whitney(alpha: float) -> int:
