@@ -117,6 +117,21 @@ EFFECT_SIZES = (0.05, 0.10, 0.20)
 METHODS = ("seed", "robust", "paired")
 REFERENCES = ("asv", "pyperf")
 JUDGES = METHODS + REFERENCES
+
+
+def available_judges() -> tuple[str, ...]:
+    """The judges this environment can run: ours always, asv's and pyperf's when installed
+    (the ``bench`` extra: ``pip install -e '.[bench]'``)."""
+    import importlib
+
+    def installed(tool: str) -> bool:
+        try:
+            importlib.import_module(tool)
+        except ImportError:
+            return False
+        return True
+
+    return METHODS + tuple(tool for tool in REFERENCES if installed(tool))
 LATENCIES = ("raw", "uncontended")
 MODES = ("improvement", "non_regression")
 MIN_IMPROVEMENT = 0.05
@@ -423,12 +438,13 @@ def pyperf_verdict(baseline: Sequence[float], candidate: Sequence[float], mode: 
     return "reject" if ratio > (1 + margin) * (1 + REL_TOL) else "accept"
 
 
-def judge_window(baseline: list[dict], candidate: list[dict], mode: str) -> dict[str, str]:
-    """Every judge's verdict on one window's records, in one mode.
+def judge_window(baseline: list[dict], candidate: list[dict], mode: str,
+                 judges: Sequence[str] = JUDGES) -> dict[str, str]:
+    """The verdicts of ``judges`` on one window's records, in one mode.
 
     One ``rules.decide`` call: the seed method decides and the robust and paired methods are
     its companions (``decide`` computes every method that judges latency in the mode); then asv
-    and pyperf on the successful latencies.
+    and pyperf on the successful latencies, when asked for.
     """
     from mlflow_perfgate.rules import decide
 
@@ -436,8 +452,10 @@ def judge_window(baseline: list[dict], candidate: list[dict], mode: str) -> dict
     verdicts = {"seed": result["decision"], "robust": result["robust"]["decision"],
                 "paired": result["paired"]["decision"]}
     base, cand = _latencies(baseline), _latencies(candidate)
-    verdicts["asv"] = asv_verdict(base, cand, mode)
-    verdicts["pyperf"] = pyperf_verdict(base, cand, mode)
+    if "asv" in judges:
+        verdicts["asv"] = asv_verdict(base, cand, mode)
+    if "pyperf" in judges:
+        verdicts["pyperf"] = pyperf_verdict(base, cand, mode)
     return verdicts
 
 
@@ -505,7 +523,7 @@ def _summarize_pool(task) -> tuple[dict, dict, dict]:
             cells = {judge: Counter() for judge in judges}
             for span in spans:
                 base, cand = window_records([row for r in span for row in pool[r]], latency)
-                verdicts = judge_window(base, cand, mode)
+                verdicts = judge_window(base, cand, mode, judges)
                 for judge in judges:
                     cells[judge][verdicts[judge]] += 1
             for judge, cell in cells.items():
@@ -1326,6 +1344,11 @@ def main(argv=None) -> int:
 
     if args.fit_simulation:
         return print_fit(args.fit_simulation, args.threads)
+    missing = sorted(set(REFERENCES) - set(available_judges()))
+    if missing:
+        # Checked before any attempt runs: the reference columns are half of the table's point.
+        parser.error(f"{' and '.join(missing)} not installed; the lab judges by their rules too: "
+                     "pip install -e '.[bench]'")
     if args.from_csv:
         calibration = None
         sidecar = args.from_csv + ".calibration.json"
