@@ -35,10 +35,13 @@ What it does, in order:
    ``robust``, ``paired``) in ``improvement`` mode (``min_improvement`` 0.05, the default) and
    ``non_regression`` mode (``margin`` 0.05), and by the rules of asv and pyperf on the same
    windows (``asv_verdict``, ``pyperf_verdict``: how their outputs map to accept / reject /
-   rerun is written there). Each is judged twice: on ``raw`` latencies (``latency_ms``, the
-   median of the attempt's steps) and on ``uncontended`` ones (the median of the steps whose
+   rerun is written there). Each is judged three times: on ``raw`` latencies (``latency_ms``,
+   the median of the attempt's steps), on ``uncontended`` ones (the median of the steps whose
    wait share is at most ``--wait-bound`` 0.05; ``None``, and the attempt left out of the
-   window, when fewer than half its steps are kept; its wall time still counts).
+   window, when fewer than half its steps are kept; its wall time still counts), both of them
+   options of ``compare --latency``, and on ``fastest`` ones (the attempt's fastest measured
+   step: a candidate figure for a loaded machine, not an option of ``compare`` yet, so never
+   the recommended default).
 4. **Prints**, first, the default it recommends for ``compare`` (the method and latency option
    that meet the targets best), then the targets (PASS/FAIL) of every method and option, then
    per condition the realised effects and a markdown table: false accept (identical arms,
@@ -132,7 +135,19 @@ def available_judges() -> tuple[str, ...]:
         return True
 
     return METHODS + tuple(tool for tool in REFERENCES if installed(tool))
-LATENCIES = ("raw", "uncontended")
+LATENCIES = ("raw", "uncontended", "fastest")
+#: The latency options ``compare --latency`` offers: the recommended default is one of these.
+COMPARE_LATENCIES = ("raw", "uncontended")
+
+
+def latency_of(row: dict, latency: str) -> float | None:
+    """An ok attempt row's figure under a latency option (``None``: the attempt gives none)."""
+    if latency == "raw":
+        return row["latency_ms"]
+    if latency == "uncontended":
+        return row["uncontended_latency_ms"]
+    steps = row.get("step_times_ms")
+    return min(steps) if steps else None
 MODES = ("improvement", "non_regression")
 MIN_IMPROVEMENT = 0.05
 MARGIN = 0.05
@@ -327,9 +342,10 @@ def window_records(rows: Sequence[dict], latency: str) -> tuple[list[dict], list
     """The baseline's and the candidate's attempt records of a window, for ``rules.decide``.
 
     A failed attempt is a failed record (it stays in the failure rate); a successful one carries
-    its ``latency`` figure (``raw``: ``latency_ms``; ``uncontended``: ``uncontended_latency_ms``),
-    its quality and its round as ``pair``. A successful attempt without an uncontended latency
-    is left out of the window (it ran, and its wall time counts, but it gives no figure).
+    its ``latency`` figure (:func:`latency_of`: ``raw``: ``latency_ms``; ``uncontended``:
+    ``uncontended_latency_ms``; ``fastest``: its fastest step), its quality and its round as
+    ``pair``. A successful attempt without the figure (no uncontended latency, no steps) is
+    left out of the window (it ran, and its wall time counts, but it gives no figure).
     """
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {list(LATENCIES)}, got {latency!r}")
@@ -338,7 +354,7 @@ def window_records(rows: Sequence[dict], latency: str) -> tuple[list[dict], list
         if not row["ok"]:
             arms[row["arm"]].append({"ok": False, "failure": row["failure"] or "unspecified", "pair": row["round"]})
             continue
-        value = row["latency_ms"] if latency == "raw" else row["uncontended_latency_ms"]
+        value = latency_of(row, latency)
         if value is None:
             continue
         arms[row["arm"]].append({"ok": True, "latency_ms": value, "quality": row["quality"], "pair": row["round"]})
@@ -680,7 +696,7 @@ def recommend(summary: dict, conditions: Sequence[str], sizes: Sequence[int]) ->
     """
     scored = {}
     for judge in METHODS:
-        for latency in LATENCIES:
+        for latency in COMPARE_LATENCIES:
             scored[(judge, latency)] = [t for c in conditions for t in check_targets(summary, c, judge, latency, sizes)]
     order = {key: index for index, key in enumerate(scored)}
 
@@ -699,17 +715,17 @@ def _pct(value: float | None) -> str:
 
 
 def realised_effects(pools: dict, condition: str) -> list[str]:
-    """Lines: each effect's median within-round ratio candidate / baseline, raw and uncontended."""
+    """Lines: each effect's median within-round ratio candidate / baseline, under each latency option."""
     lines = []
     for (cond, effect), pool in sorted(pools.items()):
         if cond != condition:
             continue
-        ratios = {"raw": [], "uncontended": []}
+        ratios = {latency: [] for latency in LATENCIES}
         for rows in pool.values():
             arms = {row["arm"]: row for row in rows if row["ok"]}
             if len(arms) == 2:
-                for latency, key in (("raw", "latency_ms"), ("uncontended", "uncontended_latency_ms")):
-                    base, cand = arms["baseline"][key], arms["candidate"][key]
+                for latency in LATENCIES:
+                    base, cand = latency_of(arms["baseline"], latency), latency_of(arms["candidate"], latency)
                     if base and cand:
                         ratios[latency].append(cand / base)
         shown = ", ".join(f"{latency} {statistics.median(values):.3f} ({len(values)} rounds)" if values
@@ -822,11 +838,9 @@ def report(rows: list[dict], sizes: Sequence[int], stride: int, jobs: int, calib
     default = rules.Policy()
     print(f"RECOMMENDED DEFAULT FOR compare: method={best_method}, latency={best_latency} "
           f"(meets {held} of {total} targets over {', '.join(conditions)}; "
-          f"compare's default today: method={default.method}, latency=raw)")
+          f"compare's default today: method={default.method}, latency={default.latency})")
     print(f"  i.e. mlflow-perfgate compare ... --method {best_method}"
-          + ("" if best_latency == "raw" else
-             ", judged on uncontended latencies (the median of each attempt's steps at wait share <= the "
-             "bound; not an option of compare yet)"))
+          + ("" if best_latency == "raw" else f" --latency {best_latency}"))
     missed = [t for t in scored[(best_method, best_latency)] if not t.held]
     for target in missed:
         print(f"  misses under {target.condition}: {target.name}: {target.detail}")
@@ -838,7 +852,7 @@ def report(rows: list[dict], sizes: Sequence[int], stride: int, jobs: int, calib
     print("\n".join(targets_matrix(summary, conditions, sizes)))
     print()
     for judge in METHODS:
-        for latency in LATENCIES:
+        for latency in COMPARE_LATENCIES:
             missed = [t for t in scored[(judge, latency)] if not t.held and t.key in TARGET_KEYS[6:]]
             for target in missed:
                 print(f"  {judge} {latency}, {target.condition}: {target.name}: {target.detail}")

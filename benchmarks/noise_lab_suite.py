@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from noise_lab import MARGIN, pools_of, read_rows, window_records, windows  # noqa: E402
+from noise_lab import LATENCIES, MARGIN, pools_of, read_rows, window_records, windows  # noqa: E402
 
 from mlflow_perfgate.rules import decide  # noqa: E402
 from mlflow_perfgate.rules._suite import entry_evidence, suite_gate  # noqa: E402
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     parser.add_argument("--entries", type=int, default=20)
     parser.add_argument("--n", type=int, default=10, help="rounds per entry (attempts per arm)")
     parser.add_argument("--methods", default="robust,paired")
-    parser.add_argument("--latency", choices=("raw", "uncontended"), default="raw")
+    parser.add_argument("--latency", choices=LATENCIES, default="raw")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.entries < 2 or args.suites < 1 or args.n < 2:

@@ -155,6 +155,11 @@ def test_window_records_keep_failures_and_leave_out_figureless_attempts():
     base, cand = lab.window_records(rows, "uncontended")
     assert [r["latency_ms"] for r in base] == [9.0, 10.0]
     assert cand == [{"ok": False, "failure": "timeout after 1.0s", "pair": 1}]  # no uncontended figure: left out
+    # fastest: each attempt's fastest measured step; an attempt without steps gives no figure
+    rows[0]["step_times_ms"], rows[1]["step_times_ms"] = [10.5, 9.5, 11.0], []
+    base, cand = lab.window_records(rows, "fastest")
+    assert [r["latency_ms"] for r in base] == [9.5]
+    assert cand == [{"ok": False, "failure": "timeout after 1.0s", "pair": 1}]
     with pytest.raises(ValueError, match="latency"):
         lab.window_records(rows, "cpu")
 
