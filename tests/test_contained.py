@@ -171,8 +171,13 @@ def test_the_measured_thread_count_is_the_attempts_fingerprint(sqlite_uri):
 # -- 4. no attempt outlives a supervisor killed with kill -9 -------------------------------------
 
 _SUPERVISOR = textwrap.dedent("""
+    import signal
     import sys
     from mlflow_perfgate.workloads import run_attempt
+
+    # Ctrl-C raises KeyboardInterrupt here even when this test runs as a background job, which
+    # inherits SIGINT ignored (Python then installs no handler of its own).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     runner, pid_file = sys.argv[1:]
     run_attempt("tests.workloads_fixtures.hostile:daemonizer", {"pid_file": pid_file, "then": "sleep"},
