@@ -498,3 +498,44 @@ def test_evaluate_judges_the_uncontended_latency_when_asked(sqlite_uri):
     assert all("uncontended_latency_ms" in a for a in result["attempts"] if a["arm"] == "baseline")
     decision = MlflowClient().get_run(result["decision_run_id"]).data
     assert decision.tags[TAG.LATENCY] == "uncontended" and decision.metrics["candidate_contended_runs"] == 1
+
+
+def test_the_report_table_and_plot_show_each_attempts_contention(sqlite_uri, tmp_path):
+    from mlflow_perfgate.tracking._report import attempts_table, contention_lines, metric_figure
+
+    for arm, conditions, latencies in (("baseline", CONDITIONS, (100, 101, 99, 100)),
+                                       ("candidate", CANDIDATE, (90, 91, 89, 120))):
+        for index, latency in enumerate(latencies):
+            busy = arm == "candidate" and index == 3  # more than half its steps waited: no uncontended figure
+            metrics = {"wait_share": 0.8 if busy else 0.01, "runq_wait_ms": 96.0 if busy else 1.0}
+            if not busy:
+                metrics["uncontended_latency_ms"] = float(latency)
+            pg.log_attempt("busy", arm, conditions, latency_ms=latency, quality=0.9, metrics=metrics)
+    pg.log_attempt("busy", "candidate", CANDIDATE, ok=False, failure="timeout after 1.0s")
+    result = pg.evaluate_group("busy", method="robust", dry_run=True)
+    candidate = [a for a in result["attempts"] if a["arm"] == "candidate" and a["ok"]]
+    assert sorted(a["wait_share"] for a in candidate) == [0.01, 0.01, 0.01, 0.8]
+    assert contention_lines(result)[-2:] == ["- baseline: median wait share 0.01; 0 of 4 successful attempts contended",
+                                            "- candidate: median wait share 0.01; 1 of 4 successful attempts contended"]
+    table = attempts_table(result)
+    assert sorted(v for v in table["runq_wait_ms"] if v is not None) == [1.0] * 7 + [96.0]
+    assert table["wait_share"].count(None) == 1  # the failed attempt measured nothing
+    figure = metric_figure(result)
+    try:
+        labels = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+        assert labels == ["contended"]
+        from matplotlib.collections import PathCollection
+
+        hollow = [c for c in figure.axes[0].collections if isinstance(c, PathCollection)
+                  and c.get_facecolors().size == 0]
+        assert [tuple(c.get_offsets()[0])[1] for c in hollow] == [120.0]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+    logged = pg.evaluate_group("busy", method="robust")
+    assert "### Contention" in logged["report"] and "1 of 4 successful attempts contended" in logged["report"]
+    # Attempts that measured nothing: no section, no columns.
+    pg.log_attempt("plain", "baseline", CONDITIONS, latency_ms=10.0, quality=0.9)
+    plain = pg.evaluate_group("plain", dry_run=True)
+    assert contention_lines(plain) == [] and "wait_share" not in attempts_table(plain)

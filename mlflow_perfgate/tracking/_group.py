@@ -79,6 +79,11 @@ class AttemptView:
     parent_run_id: str | None = None
     deleted: bool = False
 
+    def contention(self) -> dict:
+        """The run's contention figures (``wait_share``, ``runq_wait_ms``), those it holds: what
+        the report, the attempts table and the plot show; the rules never read them."""
+        return {key: self.metrics[key] for key in (METRIC.WAIT_SHARE, METRIC.RUNQ_WAIT) if key in self.metrics}
+
     def record(self, metrics: tuple[str, ...] = ()) -> dict:
         """The specification's attempt record, with those of ``metrics`` the run holds when it is ok.
 

@@ -178,6 +178,7 @@ def decision_markdown(result: dict) -> str:
         for arm, summary in (("baseline", b), ("candidate", c)):
             for reason in summary.get("failure_reasons", []):
                 lines.append(f"- {arm}: {md.text(reason)}")
+    lines += contention_lines(result)
     thresholds = result.get("thresholds") or {}
     if thresholds:
         lines += ["", "### Thresholds", ""] + [f"- `{k}` = {_fmt(v)}" for k, v in thresholds.items()]
@@ -185,6 +186,35 @@ def decision_markdown(result: dict) -> str:
         lines += ["", "The noise figure, (P95 - median) / median of the baseline, is a teaching proxy, "
                   "not a confidence interval."]
     return "\n".join(lines) + "\n"
+
+
+def contended(attempt: dict) -> bool:
+    """An ok attempt whose contention was measured and that has no uncontended latency: more
+    than half its steps waited for a CPU (``workloads.CONTENTION_WAIT_SHARE_BOUND``)."""
+    return bool(attempt.get("ok")) and attempt.get("wait_share") is not None \
+        and attempt.get("uncontended_latency_ms") is None
+
+
+def contention_lines(result: dict) -> list[str]:
+    """The report's contention section: each arm's median wait share and its contended attempts
+    (none when no attempt of the decision measured its contention)."""
+    attempts = [a for a in result.get("attempts", []) if a.get("ok") and a.get("wait_share") is not None]
+    if not attempts:
+        return []
+    lines = ["", "### Contention", "",
+             "Run-queue wait of the attempt's threads over its measured step time (`wait_share`, from "
+             "the kernel's schedstat); a contended attempt had more than half its steps wait for a CPU.", ""]
+    for arm in ARMS:
+        own = [a for a in attempts if a["arm"] == arm]
+        if not own:
+            continue
+        shares = sorted(a["wait_share"] for a in own)
+        middle = len(shares) // 2
+        median = shares[middle] if len(shares) % 2 else (shares[middle - 1] + shares[middle]) / 2
+        busy = sum(contended(a) for a in own)
+        lines.append(f"- {arm}: median wait share {_fmt(median)}; {busy} of {len(own)} successful attempts "
+                     "contended")
+    return lines
 
 
 def decision_summary(result: dict) -> list[str]:
@@ -267,10 +297,18 @@ def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
     fig = plt.figure(figsize=(7.5, 4.8 if lane else 4.2), layout="constrained")
     grid = fig.add_gridspec(2 if lane else 1, 1, height_ratios=[6, 1] if lane else [1])
     ax = fig.add_subplot(grid[0])
+    contended_shown = False
     for x, arm in enumerate(ARMS):
-        values = [a[key] for a in attempts if a["arm"] == arm and a.get("ok") and a.get(key) is not None]
+        shown = [a for a in attempts if a["arm"] == arm and a.get("ok") and a.get(key) is not None]
+        values = [a[key] for a in shown]
         jitter = [x + 0.15 * ((i % 7) - 3) / 3 for i in range(len(values))]
-        ax.scatter(jitter, values, s=24, alpha=0.8, color=f"C{x}")
+        busy = [contended(a) for a in shown]
+        quiet = [i for i, flag in enumerate(busy) if not flag]
+        ax.scatter([jitter[i] for i in quiet], [values[i] for i in quiet], s=24, alpha=0.8, color=f"C{x}")
+        if any(busy):  # contended attempts drawn hollow: their steps mostly waited for a CPU
+            ax.scatter([jitter[i] for i, flag in enumerate(busy) if flag], [values[i] for i, flag in enumerate(busy) if flag],
+                       s=24, facecolors="none", edgecolors=f"C{x}", label="contended" if not contended_shown else None)
+            contended_shown = True
         summary = result.get(arm) or {}
         levels = [(name, style, summary.get(figure)) for figure, name, style in lines]
         levels = [item for item in levels if item[2] is not None]
@@ -282,6 +320,8 @@ def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
             above = bool(others) and (level > max(others) or (level == max(others) and index > 0))
             ax.annotate(f"{name} {plain(level)} {unit}", (x + 0.32, level), xytext=(0, 2 if above else -2),
                         textcoords="offset points", fontsize=8, va="bottom" if above else "top")
+    if contended_shown:
+        ax.legend(loc="upper right", fontsize=8, title="hollow: more than half the steps waited", title_fontsize=7)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: plain(value)))
     ax.set_ylabel(f"{label} ({unit})")
     ax.set_xlim(-0.6, len(ARMS) + 0.1)
@@ -338,6 +378,8 @@ def attempts_table(result: dict) -> dict:
     attempts = result.get("attempts", [])
     columns = ["run_id", "arm", "state", "ok", "latency_ms", "quality", "failure", "attempt_id"]
     columns += [name for name in dict.fromkeys(OBJECTIVES[o].metric for o in OBJECTIVES if OBJECTIVES[o].metric)
+                if any(name in a for a in attempts)]
+    columns += [name for name in ("uncontended_latency_ms", "wait_share", "runq_wait_ms")
                 if any(name in a for a in attempts)]
     return {c: [a.get(c) for a in attempts] for c in columns}
 
