@@ -137,3 +137,20 @@ def tracking_uri(request, monkeypatch, tmp_path) -> str:
     # a fresh experiment per test keeps tests apart on the shared server
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", f"t-{request.node.name}-{time.time_ns()}")
     return uri
+
+
+@pytest.fixture(scope="module")
+def fork_runner():
+    """One warm fork-runner server per test module: it must survive all of the module's tests."""
+    from mlflow_perfgate import workloads
+
+    if not workloads.fork_available():
+        pytest.skip("the fork runner needs os.fork on Linux")
+    with workloads.attempt_runner("fork") as runner:
+        yield runner
+
+
+@pytest.fixture(params=["spawn", "fork"])
+def runner(request):
+    """``run_attempt(runner=...)`` under each runner: the default (a spawned child) or the warm fork runner."""
+    return None if request.param == "spawn" else request.getfixturevalue("fork_runner")

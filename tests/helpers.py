@@ -39,3 +39,12 @@ def all_runs(experiment_name=None):
     else:
         ids = ["0"]
     return client.search_runs(ids, max_results=50000)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (Linux: ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -27,6 +27,8 @@ from mlflow_perfgate.harness import compare
 from mlflow_perfgate.tracking import TAG
 from mlflow_perfgate.workloads import run_attempt
 
+from helpers import running
+
 HOSTILE = "tests.workloads_fixtures.hostile"
 FIXTURES = "tests.workloads_fixtures"
 REPO = Path(__file__).resolve().parents[1]
@@ -40,21 +42,6 @@ needs_fork = pytest.mark.skipif(not workloads.fork_available(), reason="the fork
 needs_prctl = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="containment needs prctl (Linux)")
 
 
-@pytest.fixture(scope="module")
-def fork_runner():
-    """One warm server for the module's fork-runner tests."""
-    if not workloads.fork_available():
-        pytest.skip("the fork runner needs os.fork on Linux")
-    with workloads.attempt_runner("fork") as runner:
-        yield runner
-
-
-@pytest.fixture(params=["spawn", "fork"])
-def runner(request):
-    """``run_attempt(runner=...)``: the default (a spawned child) or the warm fork runner."""
-    return None if request.param == "spawn" else request.getfixturevalue("fork_runner")
-
-
 @pytest.fixture(params=["in_process", "spawn", "fork"])
 def mode(request):
     """``run_attempt``'s arguments for each way an attempt runs."""
@@ -63,20 +50,11 @@ def mode(request):
     return {"runner": None if request.param == "spawn" else request.getfixturevalue("fork_runner")}
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _assert_gone(pids: list[int], within_s: float = GONE_S) -> None:
     deadline = time.monotonic() + within_s
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    alive = [pid for pid in pids if _running(pid)]
+    alive = [pid for pid in pids if running(pid)]
     for pid in alive:  # leave nothing behind, whatever the assertion says
         os.kill(pid, signal.SIGKILL)
     assert not alive, f"still running after {within_s}s: {alive}"

@@ -18,26 +18,13 @@ import mlflow_perfgate.workloads as workloads
 from mlflow_perfgate import rules
 from mlflow_perfgate.workloads import AttemptResult, interleave, run_attempt
 
+from helpers import running
+
 HOSTILE = "tests.workloads_fixtures.hostile"
 FIXTURES = "tests.workloads_fixtures"
 TINY = {"input_shape": "(2, 16)", "seed": 0}
 
 needs_fork = pytest.mark.skipif(not workloads.fork_available(), reason="the fork runner needs os.fork on Linux")
-
-
-@pytest.fixture(scope="module")
-def fork_runner():
-    """One warm server for the module's fork-runner tests: it must survive all of them."""
-    if not workloads.fork_available():
-        pytest.skip("the fork runner needs os.fork on Linux")
-    with workloads.attempt_runner("fork") as runner:
-        yield runner
-
-
-@pytest.fixture(params=["spawn", "fork"])
-def runner(request):
-    """What the supervision tests pass as ``run_attempt(runner=...)``: the default (spawn) or the fork runner."""
-    return None if request.param == "spawn" else request.getfixturevalue("fork_runner")
 
 
 @pytest.mark.parametrize(
@@ -188,20 +175,11 @@ def test_the_server_dying_mid_attempt_fails_that_attempt_and_the_next_gets_a_fre
         # The child it left behind (sleeping, in a session of its own) was killed with it.
         orphan = int(pid_file.read_text())
         deadline = time.monotonic() + 10
-        while _running(orphan) and time.monotonic() < deadline:
+        while running(orphan) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _running(orphan)
+        assert not running(orphan)
         after = runner.run(f"{HOSTILE}:raiser", {"fail_at": 99}, warmup=0, steps=1, timeout_s=120)
         assert after.ok and runner.servers_started == 2
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize(
