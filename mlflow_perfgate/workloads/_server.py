@@ -323,6 +323,27 @@ class Server:
                 gc.freeze()
         return verdict, None
 
+    def verdict(self, workload: str, request: dict) -> tuple[dict, int | None]:
+        """The workload's import verdict, vetted (:meth:`vet`) on its first request only, with the
+        request's ``path`` on ``sys.path`` first; ``died``: the vetting child's exit code when the
+        import itself crashed or hung this time, else ``None``."""
+        for entry in request.get("path", []):
+            if entry not in sys.path:
+                sys.path.append(entry)
+        verdict = self.verdicts.get(workload)
+        if verdict is not None:
+            return verdict, None
+        verdict, died = self.vet(workload, request)
+        self.verdicts[workload] = verdict
+        return verdict, died
+
+    def refused(self, verdict: dict) -> bool:
+        """Whether the name does not resolve; if so the request's ``done`` event (``refused``) is sent."""
+        if "refused" in verdict:
+            self.send({"event": "done", "outcome": "refused", "message": verdict["refused"]})
+            return True
+        return False
+
     def check(self, request: dict) -> None:
         """Whether ``request['workload']`` resolves: its import vetted in a child (:meth:`vet`), once.
 
@@ -330,37 +351,21 @@ class Server:
         ``note`` when the import failed otherwise (it crashed, hung or raised: the attempts
         will fail, each saying why).
         """
-        for entry in request.get("path", []):
-            if entry not in sys.path:
-                sys.path.append(entry)
-        workload = request["workload"]
-        verdict = self.verdicts.get(workload)
-        if verdict is None:
-            verdict, _ = self.vet(workload, request)
-            self.verdicts[workload] = verdict
-        if "refused" in verdict:
-            self.send({"event": "done", "outcome": "refused", "message": verdict["refused"]})
+        verdict, _ = self.verdict(request["workload"], request)
+        if self.refused(verdict):
             return
         note = verdict.get("reason") if verdict.get("import_failed") else None
         self.send({"event": "done", "outcome": "checked", "phase": "import", "note": note})
 
     def run(self, request: dict) -> None:
         spec = request["spec"]
-        for entry in request.get("path", []):
-            if entry not in sys.path:
-                sys.path.append(entry)
-        workload = spec["workload"]
-        verdict = self.verdicts.get(workload)
-        if verdict is None:
-            verdict, died = self.vet(workload, request)
-            self.verdicts[workload] = verdict
-            if died is not None:
-                # The import itself crashed, or the runner killed it on a timeout: that ends
-                # this attempt; the next one's child imports the module by itself.
-                self.send({"event": "done", "outcome": "exited", "phase": "import", "exitcode": died})
-                return
-        if "refused" in verdict:
-            self.send({"event": "done", "outcome": "refused", "message": verdict["refused"]})
+        verdict, died = self.verdict(spec["workload"], request)
+        if died is not None:
+            # The import itself crashed, or the runner killed it on a timeout: that ends
+            # this attempt; the next one's child imports the module by itself.
+            self.send({"event": "done", "outcome": "exited", "phase": "import", "exitcode": died})
+            return
+        if self.refused(verdict):
             return
         pid = self.fork_child(request, lambda: run_spec(spec, request["result"]))
         self.send({"event": "started", "pid": pid, "phase": "attempt"})
