@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -208,9 +209,7 @@ def contention_lines(result: dict) -> list[str]:
         own = [a for a in attempts if a["arm"] == arm]
         if not own:
             continue
-        shares = sorted(a["wait_share"] for a in own)
-        middle = len(shares) // 2
-        median = shares[middle] if len(shares) % 2 else (shares[middle - 1] + shares[middle]) / 2
+        median = statistics.median(a["wait_share"] for a in own)
         busy = sum(contended(a) for a in own)
         lines.append(f"- {arm}: median wait share {_fmt(median)}; {busy} of {len(own)} successful attempts "
                      "contended")
