@@ -253,6 +253,38 @@ def test_racing_evaluators_converge_on_one_decision(tracking_uri):
     assert pg.evaluate_group("race")["decision_run_id"] == outcomes[0]["run"]
 
 
+
+def test_a_twin_created_earlier_but_claiming_later_adopts_the_first_claim(sqlite_uri):
+    # The interleaving CI met: twin B's decision run starts before twin A's but reaches the store
+    # after A looked for twins, so "the earliest run wins" crowned both. The claim is a param on a
+    # judged attempt instead: whoever writes it first wins, whatever the runs' start times.
+    from mlflow_perfgate.tracking._decision_run import _claim
+    from mlflow_perfgate.tracking._group import load
+
+    ids = log_series("twins")
+    client = MlflowClient()
+    experiment = client.get_run(ids[0]).info.experiment_id
+    views = load("twins", experiment, client, stale_after_s=3600).attempts
+    early = client.create_run(experiment, start_time=1000).info.run_id
+    late = client.create_run(experiment, start_time=2000).info.run_id
+    assert _claim(client, views, "k1", late) == late
+    assert _claim(client, views, "k1", early) == late  # the earlier run loses: the claim was there first
+    assert _claim(client, views, "k1", late) == late  # a retried claim of the winner is its own
+    newest = max(views, key=lambda v: (v.start_time, v.run_id)).run_id
+    assert client.get_run(newest).data.params["perfgate.decision_claim"] == f"k1:{late}"
+    # the winner's evaluator died: its run ended FAILED; the next twin claims the next attempt
+    client.set_terminated(late, "FAILED")
+    third = client.create_run(experiment).info.run_id
+    assert _claim(client, views, "k1", third) == third
+    assert _claim(client, views, "k1", early) == third
+    # another look (other attempts or policy) passes the claims of this one
+    other = client.create_run(experiment).info.run_id
+    assert _claim(client, views, "k2", other) == other
+    # the claims are no condition of the attempts: the group is still judged single-variable
+    result = pg.evaluate_group("twins")
+    assert result["decision"] == "accept"
+    assert "perfgate.decision_claim" not in load("twins", experiment, client, stale_after_s=3600).attempts[0].params
+
 # 7. parent runs --------------------------------------------------------------------------------------
 
 def test_a_parent_run_must_exist_and_be_of_the_group(sqlite_uri, capsys):

@@ -152,16 +152,18 @@ def decision_key(group: str, views: list[AttemptView], policy_options: dict, **c
 WAIT_FOR_WINNER_S = 120.0
 
 
-def decision_target(parent, mlflow_client, experiment_id: str, group: str, key: str) -> tuple[str, str]:
+def decision_target(parent, mlflow_client, experiment_id: str, group: str, key: str,
+                    views: list[AttemptView] = ()) -> tuple[str, str]:
     """Where this evaluator writes its decision, racing twins included: ``(run id, role)``.
 
     ``role`` is ``"write"`` (this evaluator writes the run; ``write_new`` when it is a new run the
     attempts move under) or ``"adopt"`` (a twin judging the same attempts won; its run is the
-    decision). An undecided comparison run is claimed with a param (MLflow refuses to change a
-    param's value, so only the first claim is taken); otherwise each evaluator creates a decision
-    run carrying ``key``, and the earliest run with that key wins: the others delete theirs. A new
-    decision run nests under the attempts' common parent when that run is not one of ours (the
-    project run of ``mlflow run -e record``), so the UI shows project run > decision > attempts.
+    decision). Twins agree through a param, the one write MLflow makes first-come-only (it
+    refuses to change a param's value): an undecided comparison run is claimed whole; otherwise
+    each evaluator creates a decision run and claims an attempt it judged for it
+    (:func:`_claim`), and the losers delete theirs. A new decision run nests under the attempts'
+    common parent when that run is not one of ours (the project run of ``mlflow run -e
+    record``), so the UI shows project run > decision > attempts.
     """
     if parent is not None and parent.data.tags.get(TAG.COMPARISON) == "true" and TAG.DECISION not in parent.data.tags:
         claim = f"{key}:{uuid.uuid4().hex}"
@@ -189,15 +191,66 @@ def decision_target(parent, mlflow_client, experiment_id: str, group: str, key: 
         run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, run_name=f"decision {group[:60]}",
                                                                 tags=tags))
         role = "write_new"
-    twins = _client.search_all(mlflow_client, [experiment_id],
-                               f"tags.\"{TAG.DECISION_KEY}\" = '{key}'")
-    twins = [twin for twin in twins if twin.data.tags.get(TAG.GROUP) == group]
-    winner = min(twins, key=lambda twin: (twin.info.start_time or 0, twin.info.run_id), default=run)
-    if winner.info.run_id != run.info.run_id:
+    try:
+        winner = _claim(mlflow_client, list(views), key, run.info.run_id)
+    except BaseException:
         with contextlib.suppress(Exception):
             mlflow_client.delete_run(run.info.run_id)
-        return winner.info.run_id, "adopt"
+        raise
+    if winner != run.info.run_id:
+        with contextlib.suppress(Exception):
+            mlflow_client.delete_run(run.info.run_id)
+        return winner, "adopt"
     return run.info.run_id, role
+
+
+#: How many numbered claims the newest attempt may carry once every attempt's claim is spent.
+_MORE_CLAIMS = 64
+
+
+def _claim(mlflow_client, views: list[AttemptView], key: str, run_id: str) -> str:
+    """The decision run the evaluators of one look (``key``: the same attempts, the same policy) agree on.
+
+    Every twin walks the same list of places, a param on each judged attempt (newest first),
+    then numbered params on the newest, and tries to write ``<key>:<its run id>`` at each:
+    MLflow keeps the first value written, so at any place one twin wins and the others read
+    its run id. A place that holds another look's claim is passed; one whose run ended FAILED
+    or KILLED or was deleted (its evaluator died) is passed too (that never reverts, so every
+    twin passes it alike). Starting times play no part: a twin whose run was created earlier
+    but written later cannot win a second time.
+    """
+    anchors = sorted((v for v in views if not v.deleted and v.status != "DELETED"),
+                     key=lambda v: (v.start_time, v.run_id), reverse=True)
+    if not anchors:
+        return run_id  # nothing judged remains to claim on (never the case for a judged look)
+    places = [(v.run_id, PARAM.DECISION_CLAIM) for v in anchors]
+    places += [(anchors[0].run_id, f"{PARAM.DECISION_CLAIM}.{n}") for n in range(2, _MORE_CLAIMS + 2)]
+    mine = f"{key}:{run_id}"
+    for anchor, name in places:
+        try:
+            _client.retrying(lambda: mlflow_client.log_param(anchor, name, mine))
+            return run_id
+        except StoreRefused:
+            taken = _client.retrying(lambda: mlflow_client.get_run(anchor)).data.params.get(name, "")
+            if not taken:
+                raise  # refused for another reason than a claim already there
+        taken_key, _, taken_run = taken.partition(":")
+        if taken_key != key:
+            continue
+        if taken_run == run_id or _alive(mlflow_client, taken_run):
+            return taken_run
+    raise StoreRefused(f"all {len(places)} places to claim this decision on (params of the group's attempts) hold "
+                       "claims of decision runs whose evaluators failed; log another attempt of the group (a "
+                       "new place) and evaluate again")
+
+
+def _alive(mlflow_client, run_id: str) -> bool:
+    """Whether a claimed decision run may still be (or has been) written: not deleted, not FAILED or KILLED."""
+    try:
+        run = _client.retrying(lambda: mlflow_client.get_run(run_id))
+    except StoreRefused:
+        return False  # gone (purged)
+    return run.info.lifecycle_stage != "deleted" and run.info.status not in ("FAILED", "KILLED")
 
 
 def wait_for(mlflow_client, run_id: str, *, timeout_s: float = WAIT_FOR_WINNER_S):

@@ -71,8 +71,9 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         dry_run: judge without writing anything (the interim looks of a sequential comparison).
         policy: a :class:`~mlflow_perfgate.rules.Policy` instead of the options above (its
             objective is used as given).
-        latency: ``raw`` (default: each attempt's ``latency_ms``) or ``uncontended`` (its
-            ``uncontended_latency_ms`` where it has one; see ``rules.Policy``).
+        latency: ``raw`` (default: each attempt's ``latency_ms``), ``uncontended`` (its
+            ``uncontended_latency_ms`` where it has one) or ``fastest`` (its ``fastest_step_ms``,
+            the fastest measured step); see ``rules.Policy``.
         **thresholds: the specification's (``min_valid_runs``, ``min_improvement``,
             ``quality_tolerance``, ``maximum_failure_rate``, ``maximum_p95_ratio``) and the
             objectives' own (``min_memory_reduction``, ``maximum_latency_cost``).
@@ -146,7 +147,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     if same:  # judged before, on exactly these attempts and this policy: the same decision run
         decision_run_id, role = same[-1].info.run_id, "adopt"
     else:
-        decision_run_id, role = decision_target(parent, mlflow_client, experiment_id, group, result["decision_key"])
+        decision_run_id, role = decision_target(parent, mlflow_client, experiment_id, group, result["decision_key"],
+                                                   views)
     result["decision_run_id"] = decision_run_id
     result["decision_run_url"] = _client.run_link(mlflow_client.tracking_uri, experiment_id, decision_run_id)
     if role == "adopt":

@@ -12,7 +12,7 @@ from mlflow.entities import ViewType
 from ..rules._errors import InputError
 from . import _client
 from ._environment import process_alive
-from ._schema import ARMS, KIND_ATTEMPT, KIND_COMPARISON, KIND_DECISION, METRIC, TAG, group_key
+from ._schema import ARMS, KIND_ATTEMPT, KIND_COMPARISON, KIND_DECISION, METRIC, PARAM, TAG, group_key
 
 __all__ = ["AttemptView", "Group", "attempt_state", "group_filter", "load", "load_group"]
 
@@ -124,7 +124,7 @@ def _view(run, now_ms: int, stale_after_s: float) -> AttemptView:
         )
     view = AttemptView(
         run_id=info.run_id, arm=arm, state="", attempt_id=tags.get(TAG.ATTEMPT_ID) or info.run_id,
-        start_time=info.start_time or 0, status=info.status, params=dict(run.data.params),
+        start_time=info.start_time or 0, status=info.status, params={k: v for k, v in run.data.params.items() if k != PARAM.DECISION_CLAIM},
         metrics=dict(run.data.metrics), tags=dict(tags), parent_run_id=tags.get(TAG.PARENT),
     )
     if tags.get(TAG.RUN_VALID) in ("true", "false"):

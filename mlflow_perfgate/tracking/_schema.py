@@ -204,7 +204,9 @@ class PARAM:
     CANDIDATE_VALUE = "perfgate.candidate_value"
     MARGIN = "perfgate.margin"
     #: On a comparison run: the evaluator that claimed it for its decision (a param, so only the first
-    #: claim is taken: MLflow refuses to change a param's value).
+    #: claim is taken: MLflow refuses to change a param's value). On an attempt run: which decision
+    #: run the evaluators of one look agreed on (``<decision key>:<run id>``); it is not a condition
+    #: of the attempt, and the evaluator leaves it out of the params it compares.
     DECISION_CLAIM = "perfgate.decision_claim"
 
     @staticmethod
