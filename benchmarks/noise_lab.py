@@ -39,9 +39,8 @@ What it does, in order:
    the median of the attempt's steps), on ``uncontended`` ones (the median of the steps whose
    wait share is at most ``--wait-bound`` 0.05; ``None``, and the attempt left out of the
    window, when fewer than half its steps are kept; its wall time still counts), both of them
-   options of ``compare --latency``, and on ``fastest`` ones (the attempt's fastest measured
-   step: a candidate figure for a loaded machine, not an option of ``compare`` yet, so never
-   the recommended default).
+   and on ``fastest`` ones (the attempt's fastest measured step, ``fastest_step_ms``): all
+   three options of ``compare --latency``.
 4. **Prints**, first, the default it recommends for ``compare`` (the method and latency option
    that meet the targets best), then the targets (PASS/FAIL) of every method and option, then
    per condition the realised effects and a markdown table: false accept (identical arms,
@@ -137,7 +136,7 @@ def available_judges() -> tuple[str, ...]:
     return METHODS + tuple(tool for tool in REFERENCES if installed(tool))
 LATENCIES = ("raw", "uncontended", "fastest")
 #: The latency options ``compare --latency`` offers: the recommended default is one of these.
-COMPARE_LATENCIES = ("raw", "uncontended")
+COMPARE_LATENCIES = ("raw", "uncontended", "fastest")
 
 
 def latency_of(row: dict, latency: str) -> float | None:

@@ -138,9 +138,10 @@ def decision_options(func):
         click.option("--objective", type=RegistryChoice(OBJECTIVES), default=None,
                      help=f"What to judge on ({objectives}) [the comparison run's objective, else latency]."),
         click.option("--latency", type=click.Choice(LATENCIES), default="raw", show_default=True,
-                     help="Which latency of each attempt is judged: raw (the median of every measured step) or "
+                     help="Which latency of each attempt is judged: raw (the median of every measured step), "
                           "uncontended (the median of its steps that barely waited for a CPU, where it has one; "
-                          "rerun with reason contention when more than half of an arm's attempts have none)."),
+                          "rerun with reason contention when more than half of an arm's attempts have none) or "
+                          "fastest (its fastest measured step: what a busy neighbour disturbs least)."),
         *(_setting_option(setting) for setting in POLICY_SETTINGS),
         *(_setting_option(setting) for setting in threshold_settings().values()),
         click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
@@ -238,7 +239,7 @@ def cli():
 
 
 _RECORD_FIELDS = ("group", "arm", "set", "latency_ms", "quality", "failure", "validity", "metrics", "env",
-                  "attempt_id", "parent_run_id", "experiment", "commit_time")
+                  "attempt_id", "parent_run_id", "experiment", "commit_time", "step_times_ms")
 
 
 def _commit_time(value, where: str) -> float | None:
@@ -314,6 +315,9 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
             for name in ("set", "metrics", "env"):
                 if not isinstance(item.get(name, {}), dict):
                     raise click.BadParameter(f"{name!r} must be an object of KEY: VALUE", param_hint=where)
+            if not isinstance(item.get("step_times_ms", []), list):
+                raise click.BadParameter("'step_times_ms' must be a list of the measured steps' times, in ms",
+                                         param_hint=where)
             validity = item.get("validity")
             attempts.append(dict(
                 where=where, group=item.get("group", defaults["group"]), arm=item.get("arm", defaults["arm"]),
@@ -324,6 +328,7 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
                 attempt_id=item.get("attempt_id"), parent_run_id=item.get("parent_run_id", defaults["parent_run_id"]),
                 experiment_name=item.get("experiment", defaults["experiment"]),
                 commit_time=_commit_time(item.get("commit_time", defaults["commit_time"]), where),
+                step_times_ms=item.get("step_times_ms"),
             ))
     if not attempts:
         raise click.BadParameter(f"{source!r} holds no attempt", param_hint="--from-jsonl")
@@ -355,7 +360,8 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
 @click.option("--from-jsonl", "from_jsonl", default=None, metavar="FILE",
               help="Many attempts, one JSON object per line (- for stdin) with record's options as fields "
                    "(group, arm, set, latency_ms, quality, failure, validity, metrics, env, attempt_id, "
-                   "parent_run_id, experiment, commit_time); the options above are the defaults of every line. Every "
+                   "parent_run_id, experiment, commit_time, and step_times_ms: the measured steps' times, whose "
+                   "fastest --latency fastest judges); the options above are the defaults of every line. Every "
                    "line is checked before anything is written.")
 @guarded
 def record(group, arm, conditions, condition_list, allow_empty, latency_ms, quality, failure, validity, metrics,

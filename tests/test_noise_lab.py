@@ -429,3 +429,9 @@ def test_interleave_hook_collects_and_reports_shared_process_rounds(monkeypatch,
     lab.report_interleaved(rows, [])
     out = capsys.readouterr().out
     assert "| quiet | steps | 3 | 1.0" in out
+
+
+def test_the_lab_recommends_among_the_latency_options_compare_has():
+    from mlflow_perfgate.rules._policy import LATENCIES
+
+    assert lab.COMPARE_LATENCIES == LATENCIES

@@ -35,6 +35,8 @@ __all__ = [
 
 #: The four answers, in the order of the gate's exit codes' meaning.
 VERDICTS = ("accept", "reject", "rerun", "blocked_by_correctness")
+#: The record key of an attempt's fastest measured step (a policy's ``latency="fastest"``).
+FASTEST_KEY = "fastest_step_ms"
 #: How a check's outcome reads at the start of its message.
 STATUS_WORDS = MappingProxyType({True: "ok", False: "FAILED", None: "INCONCLUSIVE"})
 #: One line per reason a rule or the evaluator can give.
@@ -165,7 +167,8 @@ class ArmSummary:
         values: for each objective metric asked for, the successful attempts' values.
         figures: per-metric summaries (``median_<m>``, ``p5_<m>``, ``p95_<m>``).
         latency_key: the record key the latencies were read from: ``latency_ms`` (the
-            specification's), or ``uncontended_latency_ms`` (a policy's ``latency="uncontended"``).
+            specification's), ``uncontended_latency_ms`` (a policy's ``latency="uncontended"``)
+            or ``fastest_step_ms`` (``latency="fastest"``).
         contended_runs: with ``uncontended_latency_ms``, how many successful attempts lacked it
             and are judged on their ``latency_ms`` instead (each still counts once); ``None``
             with ``latency_ms``.
@@ -196,10 +199,12 @@ class ArmSummary:
         a latency that is not finite and > 0, or a non-finite quality, a ``ValueError``.
         Each metric in ``metrics`` must then be on every successful record, finite and > 0.
 
-        With another ``latency_key`` (``uncontended_latency_ms``), each successful attempt's
-        latency is that key's value where the record has one (finite and > 0, else an
-        ``InputError``), else its ``latency_ms`` (counted in :attr:`contended_runs`). The
-        specification's functions always read ``latency_ms``.
+        With ``uncontended_latency_ms``, each successful attempt's latency is that key's value
+        where the record has one (finite and > 0, else an ``InputError``), else its
+        ``latency_ms`` (counted in :attr:`contended_runs`). With ``fastest_step_ms``, every
+        successful record must have it (a :class:`MissingField` otherwise: a fastest step and a
+        median of steps are not one figure). The specification's functions always read
+        ``latency_ms``.
         """
         if any(type(_ok_flag(run)) is not bool for run in runs):
             raise ValueError("every run must declare a boolean 'ok' (True or False)")
@@ -217,7 +222,13 @@ class ArmSummary:
             chosen = [run.get(latency_key) for run in successful]
             if not all(value is None or (check_finite(value, latency_key) and value > 0) for value in chosen):
                 raise InputError(f"{latency_key} of a successful run must be a finite number > 0")
-            contended = sum(value is None for value in chosen)
+            missing = sum(value is None for value in chosen)
+            if latency_key == FASTEST_KEY and missing:
+                raise MissingField(
+                    f"{missing} of {len(chosen)} successful runs lack {FASTEST_KEY!r}, which latency='fastest' judges "
+                    "(the harness logs it from the measured steps; record it with step times, or judge with "
+                    "latency='raw')")
+            contended = missing if latency_key != FASTEST_KEY else None
             latencies = [raw if value is None else value for raw, value in zip(latencies, chosen)]
         if not all(check_finite(value, "quality") for value in qualities):
             raise ValueError("quality must be finite and scored by the same rule on every run")
@@ -251,8 +262,9 @@ class ArmSummary:
     def to_dict(self) -> dict:
         """The specification's summary dict (plus the per-metric figures, when any, and
         ``latency_key`` and ``contended_runs`` when the latencies are not ``latency_ms``)."""
-        judged = {} if self.contended_runs is None else {"latency_key": self.latency_key,
-                                                          "contended_runs": self.contended_runs}
+        judged = {} if self.latency_key == "latency_ms" else {"latency_key": self.latency_key}
+        if self.contended_runs is not None:
+            judged["contended_runs"] = self.contended_runs
         return {
             "attempted_runs": self.attempted_runs,
             "valid_runs": self.valid_runs,

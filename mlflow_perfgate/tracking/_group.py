@@ -87,14 +87,15 @@ class AttemptView:
     def record(self, metrics: tuple[str, ...] = ()) -> dict:
         """The specification's attempt record, with those of ``metrics`` the run holds when it is ok.
 
-        An ok run's record also carries ``uncontended_latency_ms`` when the run has it (what a
-        policy's ``latency="uncontended"`` judges).
+        An ok run's record also carries ``uncontended_latency_ms`` and ``fastest_step_ms`` when
+        the run has them (what a policy's ``latency="uncontended"`` / ``"fastest"`` judges).
         """
         if self.state == "ok":
             record = {"ok": True, "latency_ms": self.latency_ms, "quality": self.quality, "run_id": self.run_id}
             record.update((key, self.metrics[key]) for key in metrics if key in self.metrics)
-            if METRIC.UNCONTENDED_LATENCY in self.metrics:
-                record[METRIC.UNCONTENDED_LATENCY] = self.metrics[METRIC.UNCONTENDED_LATENCY]
+            for key in (METRIC.UNCONTENDED_LATENCY, METRIC.FASTEST_STEP):
+                if key in self.metrics:
+                    record[key] = self.metrics[key]
         else:
             record = {"ok": False, "failure": self.failure, "run_id": self.run_id}
         pair = self.tags.get(TAG.PAIR, "")
@@ -144,9 +145,10 @@ def _view(run, now_ms: int, stale_after_s: float) -> AttemptView:
                 f"run {info.run_id} says {TAG.OK}=true but lacks a positive {METRIC.LATENCY} or a "
                 f"{METRIC.QUALITY}; log it again with mlflow_perfgate.log_attempt"
             )
-        uncontended = _finite_metric(run, METRIC.UNCONTENDED_LATENCY)
-        if uncontended is not None and uncontended <= 0:
-            raise InputError(f"run {info.run_id} holds {METRIC.UNCONTENDED_LATENCY}={uncontended!r}; it must be > 0")
+        for key in (METRIC.UNCONTENDED_LATENCY, METRIC.FASTEST_STEP):
+            value = _finite_metric(run, key)
+            if value is not None and value <= 0:
+                raise InputError(f"run {info.run_id} holds {key}={value!r}; it must be > 0")
     return view
 
 

@@ -215,10 +215,18 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
         if key in RESERVED_METRICS:
             raise InputError(f"metric {key!r} is the attempt's own field; pass it as {key}=... (step_times_ms "
                              "for the step history), not among the extra metrics")
-        result.metrics[key] = _real(value, f"metric {key!r}", positive=key == METRIC.UNCONTENDED_LATENCY)
+        result.metrics[key] = _real(value, f"metric {key!r}",
+                                    positive=key in (METRIC.UNCONTENDED_LATENCY, METRIC.FASTEST_STEP))
     result.histories = _check_histories(histories, result.metrics)
     if step_times_ms is not None:
         result.step_times_ms = [_real(v, "step_times_ms", positive=True) for v in step_times_ms]
+    if ok and result.step_times_ms:  # what latency="fastest" judges, from the steps themselves
+        fastest = min(result.step_times_ms)
+        given = result.metrics.get(METRIC.FASTEST_STEP)
+        if given is not None and given != fastest:
+            raise InputError(f"metric {METRIC.FASTEST_STEP!r} is the fastest of step_times_ms ({fastest!r}), "
+                             f"got {given!r}; leave it out, it is written from the step times")
+        result.metrics[METRIC.FASTEST_STEP] = fastest
     result.tags.update(_validity_tags(validity))
     if tags is not None and not isinstance(tags, dict):
         raise InputError(f"tags must be a dict, got {type(tags).__name__}")

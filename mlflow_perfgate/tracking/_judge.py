@@ -120,7 +120,7 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
                      f"({record.get(key, record['latency_ms']):.4g} ms) is far outside its arm's spread; it stays "
                      "in every count" for record in attempts]
     for arm, summary in (("baseline", decision.baseline), ("candidate", decision.candidate)):
-        if summary.contended_runs:
+        if summary.contended_runs:  # uncontended only: fastest has no fallback
             warnings.append(f"{summary.contended_runs} of {summary.valid_runs} successful {arm} attempts have no "
                             f"{key} (more than half their steps waited for a CPU, or contention was not measured): "
                             "judged on their raw latency_ms")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..rules._errors import FormatError
 from ..rules._records import REASONS, headline, pct, plain
+from ..rules._policy import LATENCY_KEYS
 from ..rules._registry import METHODS, OBJECTIVES
 from . import _client
 from . import _markdown as md
@@ -141,6 +142,8 @@ def decision_markdown(result: dict) -> str:
                f"mode: `{result.get('mode', 'improvement')}`")
         if result.get("mode") == "non_regression":
             how += f" (margin {result.get('margin', 0) * 100:.1f}%)"
+        if result.get("latency", "raw") != "raw" and result.get("objective", "latency") == "latency":
+            how += f"; latency judged: `{result['latency']}` ({_JUDGED.get(result['latency'], result['latency'])})"
         lines.append(how)
     if result.get("recommended_attempts"):
         lines.append(f"- to settle it: about {result['recommended_attempts']} attempts per arm "
@@ -253,6 +256,11 @@ def fit_note(note: str) -> str:
     return fit(note, MAX_TAG_VALUE, "\n\n... (see the report.md artifact for the full text)\n")
 
 
+#: The words for a latency judged other than ``raw`` (the median of every measured step).
+_JUDGED = {"uncontended": "each attempt's median of its steps that barely waited for a CPU",
+           "fastest": "each attempt's fastest measured step"}
+
+
 #: What each plot shows: (file, label, unit, the attempt record's key, the summary lines (key, label, style)).
 _LATENCY_PLOT = ("latency.png", "latency", "ms", "latency_ms",
                  (("median_ms", "median", "solid"), ("p95_ms", "P95", "dashed")))
@@ -291,6 +299,11 @@ def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
 
     _, label, unit, key, lines = spec
     attempts = result.get("attempts", [])
+    if key == "latency_ms" and result.get("latency") in LATENCY_KEYS and result.get("objective", "latency") == "latency":
+        # the points are what was judged, as the median and P95 lines are
+        judged = LATENCY_KEYS[result["latency"]]
+        attempts = [{**a, key: a.get(judged, a.get(key))} for a in attempts]
+        label = {"uncontended": "uncontended latency", "fastest": "fastest step"}.get(result["latency"], label)
     not_ok = {arm: [a for a in attempts if a["arm"] == arm and not a.get("ok")] for arm in ARMS}
     lane = any(not_ok.values())
     fig = plt.figure(figsize=(7.5, 4.8 if lane else 4.2), layout="constrained")
@@ -378,7 +391,7 @@ def attempts_table(result: dict) -> dict:
     columns = ["run_id", "arm", "state", "ok", "latency_ms", "quality", "failure", "attempt_id"]
     columns += [name for name in dict.fromkeys(OBJECTIVES[o].metric for o in OBJECTIVES if OBJECTIVES[o].metric)
                 if any(name in a for a in attempts)]
-    columns += [name for name in ("uncontended_latency_ms", "wait_share", "runq_wait_ms")
+    columns += [name for name in ("uncontended_latency_ms", "fastest_step_ms", "wait_share", "runq_wait_ms")
                 if any(name in a for a in attempts)]
     return {c: [a.get(c) for a in attempts] for c in columns}
 
