@@ -178,3 +178,61 @@ thresholds = {{min_valid_runs = 5}}
     # evaluate again: the same decisions, the same suite run, the same exit code
     code, out, _ = run_cli(capsys, "suite", "evaluate", suite)
     assert code == 1 and f"suite run: {suite_run.info.run_id}" in out
+
+
+_SUITE_EVALUATOR = """
+import sys, time
+from mlflow_perfgate.cli import main
+start = float(sys.argv[1])
+while time.time() < start:
+    time.sleep(0.005)
+main(["suite", "evaluate", sys.argv[2], "--format", "json"])
+"""
+
+
+@pytest.mark.slow
+def test_racing_suite_evaluations_write_one_suite_run(sqlite_uri, tmp_path):
+    # three suite evaluations of the same decisions at once: one suite run, the others adopt it
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    log_group("r-faster", STEADY, [v * 0.9 for v in STEADY])
+    log_group("r-same", STEADY, [v * 1.001 for v in reversed(STEADY)])
+    suite = write_suite(tmp_path / "race.toml", f"""
+[suite]
+name = "race"
+experiment = "{EXPERIMENT}"
+
+[defaults]
+mode = "non_regression"
+
+[[entry]]
+name = "faster"
+group = "r-faster"
+
+[[entry]]
+name = "same"
+group = "r-same"
+""")
+    start = time.time() + 6  # after every process has imported mlflow
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    processes = [subprocess.Popen([sys.executable, "-c", _SUITE_EVALUATOR, str(start), suite], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outcomes = []
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        outcomes.append(json.loads(out))
+    assert len({o["suite_run_id"] for o in outcomes}) == 1 and {o["decision"] for o in outcomes} == {"accept"}
+    runs = pg.tracking.suite_decisions(experiment_name=EXPERIMENT, name="race")
+    assert list(runs["run_id"]) == [outcomes[0]["suite_run_id"]]
+    rows = pg.decisions(experiment_name=EXPERIMENT, suite="race")
+    assert len(rows) == 2  # one decision run per entry, whoever wrote it
+    client = MlflowClient()
+    assert {client.get_run(run_id).data.tags["mlflow.parentRunId"] for run_id in rows["run_id"]} == {
+        outcomes[0]["suite_run_id"]}

@@ -22,7 +22,7 @@ from . import _client, _report, _views
 from ._group import AttemptView
 from ._schema import ARMS, KIND_DECISION, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit, group_key
 
-__all__ = ["ARM_FIGURES", "decision_key", "decision_target", "figure_names", "reparent", "summary_metrics",
+__all__ = ["ARM_FIGURES", "claim", "decision_key", "decision_target", "figure_names", "reparent", "summary_metrics",
            "verdict_name", "wait_for", "write_decision"]
 
 #: The per-arm figures every decision run logs, as ``<arm>_<figure>`` metrics.
@@ -204,34 +204,42 @@ def decision_target(parent, mlflow_client, experiment_id: str, group: str, key: 
     return run.info.run_id, role
 
 
-#: How many numbered claims the newest attempt may carry once every attempt's claim is spent.
+#: How many numbered claims the first place may carry once every place's claim is spent.
 _MORE_CLAIMS = 64
 
 
 def _claim(mlflow_client, views: list[AttemptView], key: str, run_id: str) -> str:
     """The decision run the evaluators of one look (``key``: the same attempts, the same policy) agree on.
 
-    Every twin walks the same list of places, a param on each judged attempt (newest first),
-    then numbered params on the newest, and tries to write ``<key>:<its run id>`` at each:
-    MLflow keeps the first value written, so at any place one twin wins and the others read
-    its run id. A place that holds another look's claim is passed; one whose run ended FAILED
-    or KILLED or was deleted (its evaluator died) is passed too (that never reverts, so every
-    twin passes it alike). Starting times play no part: a twin whose run was created earlier
-    but written later cannot win a second time.
+    The places are the judged attempts, newest first (:func:`claim`). Starting times play no
+    part: a twin whose run was created earlier but claims later cannot win a second time.
     """
     anchors = sorted((v for v in views if not v.deleted and v.status != "DELETED"),
                      key=lambda v: (v.start_time, v.run_id), reverse=True)
     if not anchors:
         return run_id  # nothing judged remains to claim on (never the case for a judged look)
-    places = [(v.run_id, PARAM.DECISION_CLAIM) for v in anchors]
-    places += [(anchors[0].run_id, f"{PARAM.DECISION_CLAIM}.{n}") for n in range(2, _MORE_CLAIMS + 2)]
+    return claim(mlflow_client, [v.run_id for v in anchors], key, run_id, PARAM.DECISION_CLAIM)
+
+
+def claim(mlflow_client, anchors: list[str], key: str, run_id: str, name: str) -> str:
+    """The run that twins (writers of the same ``key``) agree on, through params of the ``anchors``.
+
+    Every twin walks the same list of places, the param ``name`` on each anchor run in turn,
+    then numbered ones (``name.2``, ...) on the first, and tries to write ``<key>:<its run
+    id>`` at each: MLflow keeps the first value written, so at any place one twin wins and the
+    others read its run id. A place that holds another key's claim is passed; one whose run
+    ended FAILED or KILLED or was deleted (its writer died) is passed too (that never reverts,
+    so every twin passes it alike).
+    """
+    places = [(anchor, name) for anchor in anchors]
+    places += [(anchors[0], f"{name}.{n}") for n in range(2, _MORE_CLAIMS + 2)]
     mine = f"{key}:{run_id}"
-    for anchor, name in places:
+    for anchor, param in places:
         try:
-            _client.retrying(lambda: mlflow_client.log_param(anchor, name, mine))
+            _client.retrying(lambda: mlflow_client.log_param(anchor, param, mine))
             return run_id
         except StoreRefused:
-            taken = _client.retrying(lambda: mlflow_client.get_run(anchor)).data.params.get(name, "")
+            taken = _client.retrying(lambda: mlflow_client.get_run(anchor)).data.params.get(param, "")
             if not taken:
                 raise  # refused for another reason than a claim already there
         taken_key, _, taken_run = taken.partition(":")
@@ -239,9 +247,8 @@ def _claim(mlflow_client, views: list[AttemptView], key: str, run_id: str) -> st
             continue
         if taken_run == run_id or _alive(mlflow_client, taken_run):
             return taken_run
-    raise StoreRefused(f"all {len(places)} places to claim this decision on (params of the group's attempts) hold "
-                       "claims of decision runs whose evaluators failed; log another attempt of the group (a "
-                       "new place) and evaluate again")
+    raise StoreRefused(f"all {len(places)} places to claim this run on (params {name} of runs it judged) hold "
+                       "claims of runs whose writers failed; log another attempt (a new place) and evaluate again")
 
 
 def _alive(mlflow_client, run_id: str) -> bool:
@@ -253,16 +260,20 @@ def _alive(mlflow_client, run_id: str) -> bool:
     return run.info.lifecycle_stage != "deleted" and run.info.status not in ("FAILED", "KILLED")
 
 
-def wait_for(mlflow_client, run_id: str, *, timeout_s: float = WAIT_FOR_WINNER_S):
-    """The run, once its decision is written (a twin's), or :class:`StoreUnavailable` after ``timeout_s``."""
+def wait_for(mlflow_client, run_id: str, *, timeout_s: float = WAIT_FOR_WINNER_S, what: str = "decision run"):
+    """The run, once its decision is written (a twin's), or :class:`StoreUnavailable` when it
+    failed or after ``timeout_s``; ``what`` names it in the message (``suite run``)."""
     deadline = time.monotonic() + timeout_s
     while True:
         run = _client.retrying(lambda: mlflow_client.get_run(run_id))
         if TAG.DECISION in run.data.tags and run.info.status != "RUNNING":
             return run
-        if run.info.status in ("FAILED", "KILLED") or time.monotonic() > deadline:
-            raise StoreUnavailable(f"another evaluator of the same attempts is writing decision run {run_id}, "
-                                   f"which did not finish within {timeout_s:.0f} s; evaluate again")
+        if run.info.status in ("FAILED", "KILLED"):
+            raise StoreUnavailable(f"another evaluator of the same runs was writing {what} {run_id} and failed "
+                                   f"({run.info.status}); evaluate again")
+        if time.monotonic() > deadline:
+            raise StoreUnavailable(f"another evaluator of the same runs is writing {what} {run_id}, which did "
+                                   f"not finish within {timeout_s:.0f} s; evaluate again")
         time.sleep(0.2)
 
 

@@ -211,6 +211,9 @@ class PARAM:
     #: run the evaluators of one look agreed on (``<decision key>:<run id>``); it is not a condition
     #: of the attempt, and the evaluator leaves it out of the params it compares.
     DECISION_CLAIM = "perfgate.decision_claim"
+    #: On an entry's decision run: which suite run the evaluators of one suite look agreed on
+    #: (``<suite key>:<run id>``).
+    SUITE_CLAIM = "perfgate.suite_claim"
 
     @staticmethod
     def of(name: str) -> str:

@@ -26,6 +26,7 @@ from ..rules._errors import InputError, PerfgateError
 from ..rules._records import REASONS, VERDICTS
 from ..rules._suite import SUITE_REASONS, SuiteDecision, entry_evidence, suite_gate
 from . import _client, _report
+from ._decision_run import claim, wait_for
 from ._evaluate import DEFAULT_STALE_AFTER_S, evaluate_group
 from ._schema import ARTIFACT_DIR, KIND_SUITE, PARAM, SUITE_FORMAT, TAG, fit
 
@@ -157,7 +158,8 @@ def evaluate_suite(name: str, items: list[SuiteItem], *, experiment_name: str | 
     mlflow_client = _client.client()
     experiment_id = results[0]["experiment_id"]
     key = suite_key(name, items, results, gate.alpha, gate.control)
-    run_id, adopt = _suite_target(mlflow_client, experiment_id, name, key, suite_run_id, settings)
+    run_id, adopt = _suite_target(mlflow_client, experiment_id, name, key, suite_run_id, settings,
+                                  [result.get("decision_run_id") for result in results])
     summary["suite_run_id"] = run_id
     summary["suite_run_url"] = _client.run_link(mlflow_client.tracking_uri, experiment_id, run_id)
     summary["report"] = suite_markdown(summary)
@@ -181,7 +183,7 @@ def _summary(name: str, items: list[SuiteItem], results: list[dict], gate: Suite
 
 
 def _suite_target(mlflow_client, experiment_id: str, name: str, key: str, suite_run_id: str | None,
-                  settings: dict | None) -> tuple[str, bool]:
+                  settings: dict | None, decision_run_ids: list[str | None] = ()) -> tuple[str, bool]:
     """``(run id, adopt)``: the given suite run, one that judged the same decisions, or a new one."""
     if suite_run_id is not None:
         run = _client.retrying(lambda: mlflow_client.get_run(suite_run_id))
@@ -198,6 +200,21 @@ def _suite_target(mlflow_client, experiment_id: str, name: str, key: str, suite_
         return min(same, key=lambda run: (run.info.start_time or 0, run.info.run_id)).info.run_id, True
     tags = {TAG.KIND: KIND_SUITE, TAG.SUITE: name, TAG.SUITE_KEY: key}
     run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=f"suite {name[:60]}"))
+    # twins (two suite evaluations of the same decisions at once) agree through a claim on the
+    # entries' decision runs, as the evaluators of one group do on its attempts
+    anchors = sorted({run_id for run_id in decision_run_ids if run_id})
+    if anchors:
+        try:
+            winner = claim(mlflow_client, anchors, key, run.info.run_id, PARAM.SUITE_CLAIM)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                mlflow_client.delete_run(run.info.run_id)
+            raise
+        if winner != run.info.run_id:
+            with contextlib.suppress(Exception):
+                mlflow_client.delete_run(run.info.run_id)
+            wait_for(mlflow_client, winner, what="suite run")
+            return winner, True
     if settings:
         _client.log_batch(mlflow_client, run.info.run_id, params=_settings_params(settings))
     return run.info.run_id, False
