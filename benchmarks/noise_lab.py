@@ -1072,6 +1072,7 @@ def calibrate(args, runner, conditions: dict) -> dict:
         "plain_ms": plain, "loaded_ms": loaded, "units": units, "attempt_wall_s": statistics.median(walls),
         "expected_ratio": {key: expected_ratio(tuple(value), step_ms, unit_ms) for key, value in units.items()},
         "loadavg_start": start, "loadavg_end": end, "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "warmup": args.warmup, "steps": args.steps,
     }
     print(f"  plain step (median attempt latency) {step_ms:.3f} ms; one unit {unit_ms:.4f} ms; median attempt "
           f"wall {calibration['attempt_wall_s']:.2f} s")
@@ -1097,6 +1098,14 @@ def block_plan(conditions: Sequence[str], rounds: int, cycles: int) -> list[tupl
     return plan
 
 
+def attempt_wall_s(calibration: dict, warmup: int, steps: int) -> float:
+    """A quiet attempt's wall time at ``warmup`` + ``steps`` steps, from the calibration's (measured at its own
+    step counts, 2 + 10 when it does not say): scaled by the step count, which over-estimates (the fixed
+    costs do not grow), as the neighbours' time bound wants."""
+    measured = calibration.get("warmup", 2) + calibration.get("steps", 10)
+    return calibration["attempt_wall_s"] * max(1.0, (warmup + steps) / measured)
+
+
 def collect(args, runner, conditions: dict, calibration: dict, writer, lab_t0: float) -> int:
     """Every block of every condition; each attempt is written (and flushed) as it ends. Returns the attempts run."""
     from mlflow_perfgate.workloads import run_attempt
@@ -1106,7 +1115,7 @@ def collect(args, runner, conditions: dict, calibration: dict, writer, lab_t0: f
     plan = block_plan(args.conditions, args.rounds, args.cycles)
     next_round = Counter()
     seq = 0
-    wall = calibration["attempt_wall_s"]
+    wall = attempt_wall_s(calibration, args.warmup, args.steps)
     for block, (cycle, condition, rounds) in enumerate(plan):
         expected_s = rounds * len(effects) * 2 * wall
         horizon = 4 * expected_s + 300
@@ -1404,8 +1413,9 @@ def main(argv=None) -> int:
         with open(args.csv + ".calibration.json", "w") as handle:
             json.dump(calibration, handle, indent=1)
         slow = {"quiet": 1.0, "steady": 2.0, "bursty": 1.5}
-        estimate = sum(slow[c] for c in args.conditions) * args.rounds * len(effects) * 2 * calibration["attempt_wall_s"]
-        print(f"expected collection time about {estimate / 60:.0f} min ({calibration['attempt_wall_s']:.2f} s an "
+        wall = attempt_wall_s(calibration, args.warmup, args.steps)
+        estimate = sum(slow[c] for c in args.conditions) * args.rounds * len(effects) * 2 * wall
+        print(f"expected collection time about {estimate / 60:.0f} min ({wall:.2f} s an "
               f"attempt when quiet, assumed 2x under steady and 1.5x under bursty neighbours)\n", flush=True)
         with open(args.csv, "w", newline="", buffering=1) as handle:
             writer = csv.DictWriter(handle, fieldnames=FIELDS)

@@ -435,3 +435,13 @@ def test_the_lab_recommends_among_the_latency_options_compare_has():
     from mlflow_perfgate.rules._policy import LATENCIES
 
     assert lab.COMPARE_LATENCIES == LATENCIES
+
+
+def test_a_reused_calibration_bounds_longer_attempts_by_their_steps():
+    # a calibration measured at 2 + 10 steps, reused at 30 measured steps: the neighbours' time bound
+    # must grow with the attempts (a first run past its horizon lost its neighbours mid-block)
+    calibration = {"attempt_wall_s": 0.36}
+    assert lab.attempt_wall_s(calibration, 2, 10) == pytest.approx(0.36)
+    assert lab.attempt_wall_s(calibration, 2, 30) == pytest.approx(0.36 * 32 / 12)
+    assert lab.attempt_wall_s({**calibration, "warmup": 2, "steps": 30}, 2, 30) == pytest.approx(0.36)
+    assert lab.attempt_wall_s(calibration, 1, 2) == pytest.approx(0.36)  # never below what was measured
