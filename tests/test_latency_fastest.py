@@ -70,6 +70,9 @@ def test_log_attempt_writes_the_fastest_step_from_the_step_times(sqlite_uri):
                        metrics={"fastest_step_ms": 10.0})
     with pytest.raises(InputError, match="must be"):
         pg.log_attempt("fast", "baseline", CONDITIONS, latency_ms=12.0, quality=0.9, metrics={"fastest_step_ms": -1})
+    for bad in (5.0, "12,11", {12.0: "a"}, {12.0, 11.0}):  # not a sequence of steps in order
+        with pytest.raises(InputError, match="step_times_ms must be a sequence"):
+            pg.log_attempt("fast", "baseline", CONDITIONS, latency_ms=12.0, quality=0.9, step_times_ms=bad)
 
 
 def _series(group, base_steps, cand_steps):

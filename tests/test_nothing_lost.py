@@ -285,6 +285,43 @@ def test_a_twin_created_earlier_but_claiming_later_adopts_the_first_claim(sqlite
     assert result["decision"] == "accept"
     assert "perfgate.decision_claim" not in load("twins", experiment, client, stale_after_s=3600).attempts[0].params
 
+
+def test_numbered_claims_are_no_condition_either(sqlite_uri):
+    # more policies judged than attempts: the claims spill into perfgate.decision_claim.2, ... on the
+    # newest attempt, which must not read as a condition the candidate arm no longer shares
+    ids = log_series("spill")
+    client = MlflowClient()
+    client.log_param(ids[-1], "perfgate.decision_claim.2", "k:r")
+    assert pg.evaluate_group("spill")["decision"] == "accept"
+
+
+def test_an_evaluator_killed_mid_write_does_not_stall_its_group(sqlite_uri):
+    # its decision run stays RUNNING under its claim; the next evaluation sees its writer gone,
+    # ends that run KILLED, claims the next place and writes a FINISHED decision
+    from mlflow_perfgate.tracking._decision_run import _claim
+    from mlflow_perfgate.tracking._environment import process_identity
+    from mlflow_perfgate.tracking._group import load
+
+    ids = log_series("killed")
+    client = MlflowClient()
+    experiment = client.get_run(ids[0]).info.experiment_id
+    key = pg.evaluate_group("killed", dry_run=True)["decision_key"]
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        identity = process_identity(writer.pid)
+    finally:
+        writer.kill()
+        writer.wait()
+    dead = client.create_run(experiment, tags={"perfgate.kind": "decision", "perfgate.group": "killed",
+                                               "perfgate.decision_key": key, "perfgate.supervisor": identity})
+    views = load("killed", experiment, client, stale_after_s=3600).attempts
+    assert _claim(client, views, key, dead.info.run_id) == dead.info.run_id  # it claimed, then was killed
+    result = pg.evaluate_group("killed")  # before: adopted the dead run, waited 120 s, StoreUnavailable
+    assert result["decision_run_id"] != dead.info.run_id and result["decision"] == "accept"
+    assert client.get_run(dead.info.run_id).info.status == "KILLED"
+    assert client.get_run(result["decision_run_id"]).info.status == "FINISHED"
+    assert pg.evaluate_group("killed")["decision_run_id"] == result["decision_run_id"]
+
 # 7. parent runs --------------------------------------------------------------------------------------
 
 def test_a_parent_run_must_exist_and_be_of_the_group(sqlite_uri, capsys):

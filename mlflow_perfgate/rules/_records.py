@@ -227,7 +227,7 @@ class ArmSummary:
                 raise MissingField(
                     f"{missing} of {len(chosen)} successful runs lack {FASTEST_KEY!r}, which latency='fastest' judges "
                     "(the harness logs it from the measured steps; record it with step times, or judge with "
-                    "latency='raw')")
+                    "latency='raw', --latency raw)")
             contended = missing if latency_key != FASTEST_KEY else None
             latencies = [raw if value is None else value for raw, value in zip(latencies, chosen)]
         if not all(check_finite(value, "quality") for value in qualities):

@@ -19,8 +19,10 @@ from mlflow.entities import Metric, RunStatus
 from ..rules._errors import StoreRefused, StoreUnavailable
 from ..rules._registry import METHODS, OBJECTIVES
 from . import _client, _report, _views
+from ._environment import process_alive, process_identity
 from ._group import AttemptView
-from ._schema import ARMS, KIND_DECISION, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit, group_key
+from ._schema import (ARMS, KIND_DECISION, KIND_SUITE, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit,
+                      group_key)
 
 __all__ = ["ARM_FIGURES", "claim", "decision_key", "decision_target", "figure_names", "reparent", "summary_metrics",
            "verdict_name", "wait_for", "write_decision"]
@@ -177,7 +179,8 @@ def decision_target(parent, mlflow_client, experiment_id: str, group: str, key: 
                 return parent.info.run_id, "adopt"
             if not taken:
                 raise
-    tags = {TAG.KIND: KIND_DECISION, TAG.GROUP: group, TAG.GROUP_KEY: group_key(group), TAG.DECISION_KEY: key}
+    tags = {TAG.KIND: KIND_DECISION, TAG.GROUP: group, TAG.GROUP_KEY: group_key(group), TAG.DECISION_KEY: key,
+            TAG.SUPERVISOR: process_identity()}  # its writer: a twin can tell when it died mid-write
     if parent is not None and parent.data.tags.get(TAG.COMPARISON) == "true":
         # decided before: a new decision nests under the comparison, attempts stay put
         tags[TAG.PARENT] = parent.info.run_id
@@ -251,13 +254,37 @@ def claim(mlflow_client, anchors: list[str], key: str, run_id: str, name: str) -
                        "claims of runs whose writers failed; log another attempt (a new place) and evaluate again")
 
 
+#: A claimed run still RUNNING without its decision after this long, whose writer runs on a host
+#: that cannot be asked, is taken for dead (a decision is written in seconds).
+ABANDONED_AFTER_S = 900.0
+
+
 def _alive(mlflow_client, run_id: str) -> bool:
-    """Whether a claimed decision run may still be (or has been) written: not deleted, not FAILED or KILLED."""
+    """Whether a claimed run may still be (or has been) written: not deleted, not FAILED or KILLED,
+    and, while RUNNING, its writer (``perfgate.supervisor``) not known dead.
+
+    A writer that died mid-write (SIGKILL) leaves its run RUNNING: when this host sees that process
+    gone, or the run has been RUNNING without a decision for :data:`ABANDONED_AFTER_S` and its
+    writer cannot be asked, the run is ended KILLED here, so every twin from then on passes it alike.
+    """
     try:
         run = _client.retrying(lambda: mlflow_client.get_run(run_id))
     except StoreRefused:
         return False  # gone (purged)
-    return run.info.lifecycle_stage != "deleted" and run.info.status not in ("FAILED", "KILLED")
+    if run.info.lifecycle_stage == "deleted" or run.info.status in ("FAILED", "KILLED"):
+        return False
+    if run.info.status != "RUNNING" or TAG.DECISION in run.data.tags:
+        return True
+    if run.data.tags.get(TAG.KIND) not in (KIND_DECISION, KIND_SUITE):
+        return True  # a comparison run: its own writer (compare) and reap end it
+    writer = run.data.tags.get(TAG.SUPERVISOR)
+    alive = process_alive(writer) if writer else None
+    if alive is None:
+        alive = time.time() * 1000 - (run.info.start_time or 0) < ABANDONED_AFTER_S * 1000
+    if not alive:
+        with contextlib.suppress(Exception):
+            mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+    return alive
 
 
 def wait_for(mlflow_client, run_id: str, *, timeout_s: float = WAIT_FOR_WINNER_S, what: str = "decision run"):
@@ -268,9 +295,9 @@ def wait_for(mlflow_client, run_id: str, *, timeout_s: float = WAIT_FOR_WINNER_S
         run = _client.retrying(lambda: mlflow_client.get_run(run_id))
         if TAG.DECISION in run.data.tags and run.info.status != "RUNNING":
             return run
-        if run.info.status in ("FAILED", "KILLED"):
+        if run.info.status in ("FAILED", "KILLED") or not _alive(mlflow_client, run_id):
             raise StoreUnavailable(f"another evaluator of the same runs was writing {what} {run_id} and failed "
-                                   f"({run.info.status}); evaluate again")
+                                   "or died; evaluate again")
         if time.monotonic() > deadline:
             raise StoreUnavailable(f"another evaluator of the same runs is writing {what} {run_id}, which did "
                                    f"not finish within {timeout_s:.0f} s; evaluate again")

@@ -126,7 +126,8 @@ def _view(run, now_ms: int, stale_after_s: float) -> AttemptView:
     view = AttemptView(
         run_id=info.run_id, arm=arm, state="", attempt_id=tags.get(TAG.ATTEMPT_ID) or info.run_id,
         start_time=info.start_time or 0, status=info.status,
-        params={k: v for k, v in run.data.params.items() if k != PARAM.DECISION_CLAIM},
+        params={k: v for k, v in run.data.params.items()
+                if k != PARAM.DECISION_CLAIM and not k.startswith(PARAM.DECISION_CLAIM + ".")},
         metrics=dict(run.data.metrics), tags=dict(tags), parent_run_id=tags.get(TAG.PARENT),
     )
     if tags.get(TAG.RUN_VALID) in ("true", "false"):

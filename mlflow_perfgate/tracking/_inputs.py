@@ -219,6 +219,9 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
                                     positive=key in (METRIC.UNCONTENDED_LATENCY, METRIC.FASTEST_STEP))
     result.histories = _check_histories(histories, result.metrics)
     if step_times_ms is not None:
+        if isinstance(step_times_ms, (str, bytes, dict, set, frozenset)) or not hasattr(step_times_ms, "__iter__"):
+            raise InputError("step_times_ms must be a sequence of the measured steps' times in ms, in order, got "
+                             f"{type(step_times_ms).__name__}")
         result.step_times_ms = [_real(v, "step_times_ms", positive=True) for v in step_times_ms]
     if ok and result.step_times_ms:  # what latency="fastest" judges, from the steps themselves
         fastest = min(result.step_times_ms)

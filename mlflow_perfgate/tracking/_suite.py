@@ -27,6 +27,7 @@ from ..rules._records import REASONS, VERDICTS
 from ..rules._suite import SUITE_REASONS, SuiteDecision, entry_evidence, suite_gate
 from . import _client, _report
 from ._decision_run import claim, wait_for
+from ._environment import process_identity
 from ._evaluate import DEFAULT_STALE_AFTER_S, evaluate_group
 from ._schema import ARTIFACT_DIR, KIND_SUITE, PARAM, SUITE_FORMAT, TAG, fit
 
@@ -198,7 +199,7 @@ def _suite_target(mlflow_client, experiment_id: str, name: str, key: str, suite_
     same = [run for run in same if run.data.tags.get(TAG.SUITE) == name and TAG.DECISION in run.data.tags]
     if same:
         return min(same, key=lambda run: (run.info.start_time or 0, run.info.run_id)).info.run_id, True
-    tags = {TAG.KIND: KIND_SUITE, TAG.SUITE: name, TAG.SUITE_KEY: key}
+    tags = {TAG.KIND: KIND_SUITE, TAG.SUITE: name, TAG.SUITE_KEY: key, TAG.SUPERVISOR: process_identity()}
     run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=f"suite {name[:60]}"))
     # twins (two suite evaluations of the same decisions at once) agree through a claim on the
     # entries' decision runs, as the evaluators of one group do on its attempts
