@@ -194,17 +194,8 @@ def decision_target(parent, mlflow_client, experiment_id: str, group: str, key: 
         run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, run_name=f"decision {group[:60]}",
                                                                 tags=tags))
         role = "write_new"
-    try:
-        winner = _claim(mlflow_client, list(views), key, run.info.run_id)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            mlflow_client.delete_run(run.info.run_id)
-        raise
-    if winner != run.info.run_id:
-        with contextlib.suppress(Exception):
-            mlflow_client.delete_run(run.info.run_id)
-        return winner, "adopt"
-    return run.info.run_id, role
+    winner = _claim(mlflow_client, list(views), key, run.info.run_id)
+    return (winner, "adopt") if winner != run.info.run_id else (run.info.run_id, role)
 
 
 #: How many numbered claims the first place may carry once every place's claim is spent.
@@ -232,8 +223,22 @@ def claim(mlflow_client, anchors: list[str], key: str, run_id: str, name: str) -
     id>`` at each: MLflow keeps the first value written, so at any place one twin wins and the
     others read its run id. A place that holds another key's claim is passed; one whose run
     ended FAILED or KILLED or was deleted (its writer died) is passed too (that never reverts,
-    so every twin passes it alike).
+    so every twin passes it alike). A twin that loses, or cannot claim, deletes its own run.
     """
+    try:
+        winner = _walk(mlflow_client, anchors, key, run_id, name)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            mlflow_client.delete_run(run_id)
+        raise
+    if winner != run_id:
+        with contextlib.suppress(Exception):
+            mlflow_client.delete_run(run_id)
+    return winner
+
+
+def _walk(mlflow_client, anchors: list[str], key: str, run_id: str, name: str) -> str:
+    """:func:`claim`'s walk over the places: the run id the first claim for ``key`` names."""
     places = [(anchor, name) for anchor in anchors]
     places += [(anchors[0], f"{name}.{n}") for n in range(2, _MORE_CLAIMS + 2)]
     mine = f"{key}:{run_id}"
@@ -271,6 +276,11 @@ def _alive(mlflow_client, run_id: str) -> bool:
         run = _client.retrying(lambda: mlflow_client.get_run(run_id))
     except StoreRefused:
         return False  # gone (purged)
+    return _run_alive(mlflow_client, run)
+
+
+def _run_alive(mlflow_client, run) -> bool:
+    """:func:`_alive` of a run already read."""
     if run.info.lifecycle_stage == "deleted" or run.info.status in ("FAILED", "KILLED"):
         return False
     if run.info.status != "RUNNING" or TAG.DECISION in run.data.tags:
@@ -283,7 +293,7 @@ def _alive(mlflow_client, run_id: str) -> bool:
         alive = time.time() * 1000 - (run.info.start_time or 0) < ABANDONED_AFTER_S * 1000
     if not alive:
         with contextlib.suppress(Exception):
-            mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.KILLED))
+            mlflow_client.set_terminated(run.info.run_id, RunStatus.to_string(RunStatus.KILLED))
     return alive
 
 
@@ -295,7 +305,7 @@ def wait_for(mlflow_client, run_id: str, *, timeout_s: float = WAIT_FOR_WINNER_S
         run = _client.retrying(lambda: mlflow_client.get_run(run_id))
         if TAG.DECISION in run.data.tags and run.info.status != "RUNNING":
             return run
-        if run.info.status in ("FAILED", "KILLED") or not _alive(mlflow_client, run_id):
+        if not _run_alive(mlflow_client, run):
             raise StoreUnavailable(f"another evaluator of the same runs was writing {what} {run_id} and failed "
                                    "or died; evaluate again")
         if time.monotonic() > deadline:

@@ -205,15 +205,8 @@ def _suite_target(mlflow_client, experiment_id: str, name: str, key: str, suite_
     # entries' decision runs, as the evaluators of one group do on its attempts
     anchors = sorted({run_id for run_id in decision_run_ids if run_id})
     if anchors:
-        try:
-            winner = claim(mlflow_client, anchors, key, run.info.run_id, PARAM.SUITE_CLAIM)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                mlflow_client.delete_run(run.info.run_id)
-            raise
+        winner = claim(mlflow_client, anchors, key, run.info.run_id, PARAM.SUITE_CLAIM)
         if winner != run.info.run_id:
-            with contextlib.suppress(Exception):
-                mlflow_client.delete_run(run.info.run_id)
             wait_for(mlflow_client, winner, what="suite run")
             return winner, True
     if settings:
