@@ -66,6 +66,13 @@ Also:
   identical arms sharing one process (their steps interleaved) are collected under each
   condition and their within-process bias is printed beside that of separate processes;
   otherwise it says it skipped. Look for ``HOOK``.
+- ``--step-mode steps`` collects every pool (every effect) the way ``compare --interleave steps``
+  runs: a round is one supervised child holding both arms (the round's leading arm alternates,
+  ABBA over rounds), their measured steps interleaved A B B A, so both see the same contention
+  within milliseconds; the report then judges those rounds (``--from-csv`` picks them when only
+  they carry effects). A round's wall time is its one child's. The calibration runs that way
+  too (plain and loaded arms in one child a round): the extra work's cost is measured as the
+  attempts will see it.
 - ``--fit-simulation FROM_CSV`` fits the noise model of ``benchmarks/decision_quality.py``
   (lognormal body, contention tail) to the plain TinyLM attempts of a CSV at the harness's
   default thread count, per condition, and prints the parameters with the command that runs
@@ -533,7 +540,7 @@ def _summarize_pool(task) -> tuple[dict, dict, dict]:
     for n in sizes:
         spans = windows(pool, n, stride)
         count[(condition, effect, n)] = (len(spans), len(pool) // n)
-        walls[(condition, effect, n)] = [sum(row["wall_s"] or 0.0 for r in span for row in pool[r]) for span in spans]
+        walls[(condition, effect, n)] = [sum(round_wall_s(pool[r]) for r in span) for span in spans]
         for mode in MODES:
             cells = {judge: Counter() for judge in judges}
             for span in spans:
@@ -808,11 +815,27 @@ def describe_block(block: list[dict]) -> str:
             f"attempts without an uncontended latency (fewer than half their steps at the wait-share bound)")
 
 
-def report(rows: list[dict], sizes: Sequence[int], stride: int, jobs: int, calibration: dict | None) -> int:
+def judged_mode(rows: Sequence[dict], step_mode: str | None = None) -> str:
+    """The step mode whose rounds are judged: ``step_mode`` if given; else ``process``, unless only
+    step-interleaved rounds carry effects (a ``--step-mode steps`` run). A CSV can hold both (the
+    interleave hook adds identical-arm ``steps`` rounds to a process run): their round numbers
+    overlap, so the two are never pooled."""
+    if step_mode is not None:
+        return step_mode
+    modes = {row["step_mode"] for row in rows if row["effect"] != 0.0} or {row["step_mode"] for row in rows}
+    return "process" if "process" in modes or not modes else "steps"
+
+
+def report(rows: list[dict], sizes: Sequence[int], stride: int, jobs: int, calibration: dict | None,
+           step_mode: str | None = None) -> int:
     """Judge the collected attempts and print the recommendation, the targets and the tables."""
     import mlflow_perfgate.rules as rules
 
-    process = [row for row in rows if row["step_mode"] == "process"]
+    step_mode = judged_mode(rows, step_mode)
+    process = [row for row in rows if row["step_mode"] == step_mode]
+    if step_mode == "steps":
+        print("judging the step-interleaved rounds (compare --interleave steps: both arms of a round in one child, "
+              "their measured steps interleaved A B B A)")
     pools = pools_of(process)
     conditions = [c for c in CONDITIONS if any(key[0] == c for key in pools)]
     effects = sorted({key[1] for key in pools})
@@ -839,7 +862,8 @@ def report(rows: list[dict], sizes: Sequence[int], stride: int, jobs: int, calib
           f"(meets {held} of {total} targets over {', '.join(conditions)}; "
           f"compare's default today: method={default.method}, latency={default.latency})")
     print(f"  i.e. mlflow-perfgate compare ... --method {best_method}"
-          + ("" if best_latency == "raw" else f" --latency {best_latency}"))
+          + ("" if best_latency == "raw" else f" --latency {best_latency}")
+          + (" --interleave steps" if step_mode == "steps" else ""))
     missed = [t for t in scored[(best_method, best_latency)] if not t.held]
     for target in missed:
         print(f"  misses under {target.condition}: {target.name}: {target.detail}")
@@ -873,7 +897,7 @@ def report(rows: list[dict], sizes: Sequence[int], stride: int, jobs: int, calib
         print("\n".join(wall_table(summary, condition, sizes, effects)))
         print()
     interleaved = [row for row in rows if row["step_mode"] == "steps"]
-    if interleaved:
+    if interleaved and step_mode == "process":
         report_interleaved(interleaved, process)
     return 0
 
@@ -1049,13 +1073,26 @@ def calibrate(args, runner, conditions: dict) -> dict:
         print(f"  WARNING: the 1-minute load average is {busy:.2f} (> {CALIBRATION_LOAD}): other work shares the "
               "machine, so the calibrated effects will be off; calibrate when it is idle, or reuse an idle "
               "calibration with --calibration JSON")
+    shared = getattr(args, "step_mode", None) == "steps"
+    if shared:
+        print("  (step-interleaved, as the attempts will run: plain and loaded arms in one child a round)")
     plain, loaded, walls = [], [], []
     for index in range(args.calibration_rounds):
         order = (0, args.probe_units) if index % 2 == 0 else (args.probe_units, 0)
         got = {}
-        for units in order:
-            result = run_attempt(WORKLOAD, {**conditions, "extra_units": units}, runner=runner,
-                                 timeout_s=args.timeout, probe=not args.no_probe, threads=args.threads)
+        if shared:
+            from mlflow_perfgate.workloads import run_interleaved
+
+            results = run_interleaved(WORKLOAD, {**conditions, "extra_units": order[0]},
+                                      {**conditions, "extra_units": order[1]}, warmup=args.warmup, steps=args.steps,
+                                      threads=args.threads, timeout_s=2 * args.timeout, probe=not args.no_probe,
+                                      supervised=True, runner=runner)
+            pairs = list(zip(order, results))
+        else:
+            pairs = [(units, run_attempt(WORKLOAD, {**conditions, "extra_units": units}, runner=runner,
+                                         timeout_s=args.timeout, probe=not args.no_probe, threads=args.threads))
+                     for units in order]
+        for units, result in pairs:
             if not result.ok:
                 raise SystemExit(f"calibration attempt failed: {result.failure}\n{result.failure_detail}")
             got[units] = result.latency_ms
@@ -1072,7 +1109,7 @@ def calibrate(args, runner, conditions: dict) -> dict:
         "plain_ms": plain, "loaded_ms": loaded, "units": units, "attempt_wall_s": statistics.median(walls),
         "expected_ratio": {key: expected_ratio(tuple(value), step_ms, unit_ms) for key, value in units.items()},
         "loadavg_start": start, "loadavg_end": end, "at": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "warmup": args.warmup, "steps": args.steps,
+        "warmup": args.warmup, "steps": args.steps, "step_mode": "steps" if shared else "process",
     }
     print(f"  plain step (median attempt latency) {step_ms:.3f} ms; one unit {unit_ms:.4f} ms; median attempt "
           f"wall {calibration['attempt_wall_s']:.2f} s")
@@ -1096,6 +1133,14 @@ def block_plan(conditions: Sequence[str], rounds: int, cycles: int) -> list[tupl
         order = list(conditions) if cycle % 2 == 0 else list(conditions)[::-1]
         plan.extend((cycle, condition, share) for condition in order if share)
     return plan
+
+
+def round_wall_s(rows: Sequence[dict]) -> float:
+    """A round's wall time: its attempts' walls summed; a step-interleaved round's one child counted once
+    (both its arms' rows carry that child's wall)."""
+    if any(row.get("step_mode") == "steps" for row in rows):
+        return max((row["wall_s"] or 0.0 for row in rows), default=0.0)
+    return sum(row["wall_s"] or 0.0 for row in rows)
 
 
 def attempt_wall_s(calibration: dict, warmup: int, steps: int) -> float:
@@ -1134,6 +1179,13 @@ def collect(args, runner, conditions: dict, calibration: dict, writer, lab_t0: f
                     next_round[(condition, effect)] += 1
                     units = calibration["units"][f"{effect:+.2f}"]
                     arms = ("baseline", "candidate") if round_ % 2 == 0 else ("candidate", "baseline")
+                    if args.step_mode == "steps":
+                        seq, failed = _interleaved_round(args, runner, conditions, units, arms, hood, writer,
+                                                         lab_t0, seq=seq, cycle=cycle, block=block,
+                                                         condition=condition, effect=effect, round_=round_,
+                                                         latencies=latencies)
+                        failures += failed
+                        continue
                     for position, arm in enumerate(arms):
                         hood.renew()
                         hood.check()
@@ -1159,6 +1211,38 @@ def collect(args, runner, conditions: dict, calibration: dict, writer, lab_t0: f
         print(f"condition {condition} (block {block + 1}/{len(plan)}) end: cat /proc/loadavg: {loadavg()}\n",
               flush=True)
     return seq
+
+
+def _interleaved_round(args, runner, conditions: dict, units: Sequence[int], arms: Sequence[str], hood, writer,
+                       lab_t0: float, *, seq: int, cycle: int, block: int, condition: str, effect: float,
+                       round_: int, latencies: list) -> tuple[int, int]:
+    """One round of ``--step-mode steps``: both arms in one supervised child (``compare --interleave
+    steps``), the leading arm the round's first (ABBA over rounds), their measured steps interleaved
+    A B B A inside it. Two rows, one per arm; ``(seq, failures)``."""
+    from mlflow_perfgate.workloads import run_interleaved
+
+    hood.renew()
+    hood.check()
+    load = loadavg()
+    per_arm = {"baseline": units[0], "candidate": units[1]}
+    started = time.monotonic()
+    pair = run_interleaved(WORKLOAD, {**conditions, "extra_units": per_arm[arms[0]]},
+                           {**conditions, "extra_units": per_arm[arms[1]]}, warmup=args.warmup, steps=args.steps,
+                           threads=args.threads, timeout_s=2 * args.timeout, probe=not args.no_probe,
+                           supervised=True, runner=runner)
+    ended = time.monotonic()
+    failures = 0
+    for position, (arm, result) in enumerate(zip(arms, pair)):
+        writer.writerow(attempt_row(
+            result, seq=seq, condition=condition, cycle=cycle, block=block, effect=effect, arm=arm, round_=round_,
+            position=position, step_mode="steps", units=per_arm[arm], unit_size=args.unit_size,
+            started_s=started - lab_t0, neighbours_on=hood.busy(started, ended), load=load,
+            wait_bound=args.wait_bound))
+        seq += 1
+        failures += not result.ok
+        if result.ok:
+            latencies.append(result.latency_ms)
+    return seq, failures
 
 
 # --- HOOK: compare --interleave steps --------------------------------------------------------------
@@ -1354,6 +1438,11 @@ def main(argv=None) -> int:
     parser.add_argument("--interleave", choices=("auto", "off"), default="auto",
                         help="HOOK: identical arms sharing one process, when the harness exposes execute_interleaved")
     parser.add_argument("--interleave-rounds", type=int, default=20)
+    parser.add_argument("--step-mode", choices=("process", "steps"), default=None,
+                        help="process (default): every attempt its own child; steps: both arms of a round in one "
+                             "child, their steps interleaved (compare --interleave steps). With --from-csv: which "
+                             "rounds to judge (default: the process rounds, or the steps rounds when only those "
+                             "carry effects)")
     parser.add_argument("--seed", type=int, default=20240612)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes for judging the windows")
     parser.add_argument("--csv", default=f"noise_lab-{time.strftime('%Y%m%d-%H%M%S')}.csv")
@@ -1378,7 +1467,7 @@ def main(argv=None) -> int:
             with open(sidecar) as handle:
                 calibration = json.load(handle)
         print(f"noise lab, from {args.from_csv}; cat /proc/loadavg: {loadavg()}")
-        return report(read_rows(args.from_csv), args.sizes, args.stride, args.jobs, calibration)
+        return report(read_rows(args.from_csv), args.sizes, args.stride, args.jobs, calibration, args.step_mode)
 
     if HERE not in sys.path:
         sys.path.insert(0, HERE)  # the children import the wrapper workload from here (runners pass sys.path on)
@@ -1421,10 +1510,10 @@ def main(argv=None) -> int:
             writer = csv.DictWriter(handle, fieldnames=FIELDS)
             writer.writeheader()
             seq = collect(args, runner, conditions, calibration, writer, lab_t0)
-            if args.interleave == "auto":
+            if args.interleave == "auto" and args.step_mode != "steps":
                 interleave_hook(args, runner, conditions, writer, lab_t0, seq=seq)
     print(f"collected in {(time.perf_counter() - started) / 60:.1f} min; cat /proc/loadavg: {loadavg()}\n", flush=True)
-    code = report(read_rows(args.csv), args.sizes, args.stride, args.jobs, calibration)
+    code = report(read_rows(args.csv), args.sizes, args.stride, args.jobs, calibration, args.step_mode)
     print(f"\nattempts: {os.path.abspath(args.csv)} (recompute: python benchmarks/noise_lab.py --from-csv "
           f"{args.csv}); total {(time.perf_counter() - started) / 60:.1f} min; cat /proc/loadavg: {loadavg()}")
     return code

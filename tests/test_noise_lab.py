@@ -445,3 +445,20 @@ def test_a_reused_calibration_bounds_longer_attempts_by_their_steps():
     assert lab.attempt_wall_s(calibration, 2, 30) == pytest.approx(0.36 * 32 / 12)
     assert lab.attempt_wall_s({**calibration, "warmup": 2, "steps": 30}, 2, 30) == pytest.approx(0.36)
     assert lab.attempt_wall_s(calibration, 1, 2) == pytest.approx(0.36)  # never below what was measured
+
+
+def test_the_judged_step_mode_never_pools_the_two_kinds_of_rounds():
+    process = [{"step_mode": "process", "effect": effect} for effect in (0.0, 0.2)]
+    hook = [{"step_mode": "steps", "effect": 0.0}]  # the interleave hook's identical arms beside a process run
+    steps = [{"step_mode": "steps", "effect": effect} for effect in (0.0, 0.2)]
+    assert lab.judged_mode(process + hook) == "process"
+    assert lab.judged_mode(steps) == "steps"  # a --step-mode steps run
+    assert lab.judged_mode(hook) == "steps"
+    assert lab.judged_mode(process + hook, "steps") == "steps"  # asked for
+
+
+def test_a_step_interleaved_round_counts_its_one_child_once():
+    separate = [{"step_mode": "process", "wall_s": 1.0}, {"step_mode": "process", "wall_s": 1.5}]
+    shared = [{"step_mode": "steps", "wall_s": 1.8}, {"step_mode": "steps", "wall_s": 1.8}]
+    assert lab.round_wall_s(separate) == 2.5
+    assert lab.round_wall_s(shared) == 1.8
