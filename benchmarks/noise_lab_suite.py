@@ -32,10 +32,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from noise_lab import LATENCIES, MARGIN, pools_of, read_rows, window_records, windows  # noqa: E402
+from noise_lab import LATENCIES, MARGIN, judged_mode, pools_of, read_rows, window_records, windows  # noqa: E402
 
 from mlflow_perfgate.rules import decide  # noqa: E402
-from mlflow_perfgate.rules._suite import entry_evidence, suite_gate  # noqa: E402
+from mlflow_perfgate.rules._suite import TAIL_SHARE, entry_evidence, suite_gate  # noqa: E402
 
 SLOWDOWN = 0.2
 
@@ -55,7 +55,8 @@ def named(items: list) -> list:
     return [dataclasses.replace(item, name=f"e{index}") for index, item in enumerate(items)]
 
 
-def suite_rates(identical: list, slowed: list, entries: int, suites: int, rng: np.random.Generator) -> dict:
+def suite_rates(identical: list, slowed: list, entries: int, suites: int, rng: np.random.Generator,
+                tail_share: float = TAIL_SHARE) -> dict:
     """The shares of ``suites`` drawn suites of ``entries`` windows' evidence, by outcome.
 
     ``own``: a suite of identical entries with any reject among the entries' own verdicts;
@@ -68,9 +69,10 @@ def suite_rates(identical: list, slowed: list, entries: int, suites: int, rng: n
         draw = named([identical[i] for i in rng.integers(len(identical), size=entries)])
         counts["own"] += any(item.verdict == "reject" for item in draw)
         for control in ("holm", "bh"):
-            counts[control] += suite_gate(draw, alpha=0.05, control=control).verdict == "reject"
+            gate = suite_gate(draw, alpha=0.05, control=control, tail_share=tail_share)
+            counts[control] += gate.verdict == "reject"
         mixed = named([slowed[rng.integers(len(slowed))]] + draw[1:])
-        holm, bh = (suite_gate(mixed, alpha=0.05, control=c) for c in ("holm", "bh"))
+        holm, bh = (suite_gate(mixed, alpha=0.05, control=c, tail_share=tail_share) for c in ("holm", "bh"))
         counts["found_holm"] += holm.entries[0].verdict == "reject"
         counts["found_bh"] += bh.entries[0].verdict == "reject"
         counts["beside"] += any(entry.verdict == "reject" for entry in holm.entries[1:])
@@ -86,14 +88,22 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", default="robust,paired")
     parser.add_argument("--latency", choices=LATENCIES, default="raw")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tail-share", type=float, default=TAIL_SHARE,
+                        help="the share of each entry's level its tail test gets (0.5: equal weights, plain Holm)")
+    parser.add_argument("--step-mode", choices=("process", "steps"), default=None,
+                        help="the rounds to judge: process (separate children) or steps (step-interleaved, one "
+                             "child a round); default: process, or steps when only those carry effects")
     args = parser.parse_args(argv)
     if args.entries < 2 or args.suites < 1 or args.n < 2:
         parser.error("--entries must be >= 2, --suites >= 1 and --n >= 2")
-    pools = pools_of(read_rows(args.csv))
+    rows = read_rows(args.csv)
+    mode = judged_mode(rows, args.step_mode)
+    pools = pools_of(row for row in rows if row["step_mode"] == mode)
     conditions = sorted({condition for condition, _ in pools}, key=("quiet", "steady", "bursty").index)
     rng = np.random.default_rng(args.seed)
     print(f"{args.csv}: suites of {args.entries} entries of n = {args.n} rounds drawn from the real pools, "
-          f"{args.suites} suites per cell, non_regression (margin {MARGIN:.0%}), alpha 0.05, {args.latency} latency")
+          f"{args.suites} suites per cell, non_regression (margin {MARGIN:.0%}), alpha 0.05, tail share "
+          f"{args.tail_share:g}, {args.latency} latency, {mode} rounds")
     print("| condition | method | windows (disjoint) | any false reject: own verdicts | Holm | BH | "
           "20% slower found: Holm | BH | a false reject beside it (Holm) |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -108,7 +118,7 @@ def main(argv=None) -> int:
             if not identical or not slowed:
                 print(f"| {condition} | {method} | fewer than {args.n} rounds |||||||")
                 continue
-            counts = suite_rates(identical, slowed, args.entries, args.suites, rng)
+            counts = suite_rates(identical, slowed, args.entries, args.suites, rng, args.tail_share)
             share = {key: f"{value:.1%}" for key, value in counts.items()}
             print(f"| {condition} | {method} | {len(identical)} ({len(same) // args.n}) | {share['own']} | "
                   f"{share['holm']} | {share['bh']} | {share['found_holm']} | {share['found_bh']} | {share['beside']} |")

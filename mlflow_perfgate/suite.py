@@ -11,6 +11,7 @@ A suite file (TOML)::
     experiment = "perf"             # optional; else MLFLOW_EXPERIMENT_NAME / Default
     alpha = 0.05                    # the error rate of the suite's rejects across its entries
     control = "holm"                # holm (family-wise, a gate) or bh (false-discovery rate, a report)
+    tail_share = 0.1                # the share of each entry's level its tail (P95) test gets; the main check the rest
     interleave = "rounds"           # rounds: one ABBA round of each entry at a time; entries: one after another
 
     [defaults]                      # any entry key, for every entry (tables are merged)
@@ -68,7 +69,7 @@ __all__ = ["ENTRY_KEYS", "EntrySpec", "SuiteSpec", "evaluate", "load_suite", "pa
 ENTRY_KEYS = ("name", "workload", "set", "change", "group", "objective", "method", "mode", "margin", "alpha",
               "confidence", "thresholds", "attempts", "until_decisive", "max_attempts", "supervised", "timeout_s",
               "threads", "runner", "env_mismatch")
-_SUITE_KEYS = ("name", "experiment", "alpha", "control", "interleave", "groups")
+_SUITE_KEYS = ("name", "experiment", "alpha", "control", "tail_share", "interleave", "groups")
 _INTERLEAVE = ("rounds", "entries")
 #: Attempts per arm in one round of the round-robin: one ABBA block.
 ROUND = 2
@@ -134,10 +135,12 @@ class SuiteSpec:
     control: str = "holm"
     interleave: str = "rounds"
     source: str = "<suite>"
+    tail_share: float = 0.1
 
     def settings(self) -> dict:
         """What the suite run logs as params."""
-        return {"alpha": self.alpha, "control": self.control, "interleave": self.interleave,
+        return {"alpha": self.alpha, "control": self.control, "tail_share": self.tail_share,
+                "interleave": self.interleave,
                 "entries": len(self.entries), "source": self.source}
 
 
@@ -190,7 +193,11 @@ def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> Sui
     from .rules._suite import CONTROLS, SUITE_SETTINGS
     from .rules._policy import check_settings
 
-    check_settings(SUITE_SETTINGS, {"alpha": alpha}, PolicyError)
+    tail_share = head.get("tail_share", 0.1)
+    try:
+        check_settings(SUITE_SETTINGS, {"alpha": alpha, "tail_share": tail_share}, PolicyError)
+    except PolicyError as exc:
+        raise PolicyError(f"{source}: {exc}") from None
     if control not in CONTROLS:
         raise PolicyError(f"{source}: control must be one of {list(CONTROLS)}, got {control!r}")
     interleave = head.get("interleave", "rounds")
@@ -221,7 +228,7 @@ def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> Sui
     if shared:
         raise InputError(f"{source}: two entries share the group(s) {shared}; each entry needs its own")
     return SuiteSpec(name, tuple(entries), experiment=experiment, alpha=float(alpha), control=control,
-                     interleave=interleave, source=source)
+                     interleave=interleave, source=source, tail_share=float(tail_share))
 
 
 def _check_keys(table: dict, where: str, *, allow_name: bool = True) -> None:
@@ -522,7 +529,8 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
                 while open_:
                     looks = {item.spec.name: item.look() for item in running}
                     _, gate = judge_entries(_items(suite, looks), experiment_name=suite.experiment,
-                                            alpha=suite.alpha, control=suite.control, stale_after_s=stale_after_s,
+                                            alpha=suite.alpha, control=suite.control, tail_share=suite.tail_share,
+                                            stale_after_s=stale_after_s,
                                             dry_run=True)
                     verdicts = {entry.name: entry for entry in gate.entries}
                     open_ = [item for item in open_ if item.extra_left()
@@ -538,7 +546,8 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
                     sync()
             looks = {name: outcome.get("look") for name, outcome in outcomes.items()}
             summary = evaluate_suite(suite.name, _items(suite, looks), experiment_name=suite.experiment,
-                                     alpha=suite.alpha, control=suite.control, stale_after_s=stale_after_s,
+                                     alpha=suite.alpha, control=suite.control, tail_share=suite.tail_share,
+                                     stale_after_s=stale_after_s,
                                      suite_run_id=suite_run_id)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
@@ -588,7 +597,7 @@ def run_on_ray(suite: SuiteSpec, address: str, *, parent_run_id: str | None = No
     from .tracking._evaluate import DEFAULT_STALE_AFTER_S
 
     summary = evaluate_suite(judged.name, _items(judged, looks), experiment_name=judged.experiment,
-                             alpha=judged.alpha, control=judged.control,
+                             alpha=judged.alpha, control=judged.control, tail_share=judged.tail_share,
                              stale_after_s=DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s,
                              suite_run_id=suite_run_id)
     summary["ray"] = [{"entry": entry.name, "state": outcome.state, "group": outcome.group,
@@ -621,7 +630,7 @@ def evaluate(suite: SuiteSpec, *, dry_run: bool = False, stale_after_s: float | 
     from .tracking._suite import evaluate_suite
 
     return evaluate_suite(suite.name, _items(suite, _recorded_looks(suite)), experiment_name=suite.experiment,
-                          alpha=suite.alpha, control=suite.control,
+                          alpha=suite.alpha, control=suite.control, tail_share=suite.tail_share,
                           stale_after_s=DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s,
                           dry_run=dry_run, suite_run_id=suite_run_id, settings=suite.settings())
 

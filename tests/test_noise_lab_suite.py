@@ -19,14 +19,14 @@ import noise_lab as lab  # noqa: E402
 import noise_lab_suite as nls  # noqa: E402
 
 
-def _pool(rounds: int, effect: float, seed: int) -> dict:
+def _pool(rounds: int, effect: float, seed: int, step_mode: str = "process") -> dict:
     rng = random.Random(seed)
     pool = {}
     for r in range(rounds):
         shared = rng.lognormvariate(0, 0.02)  # a round's load, seen by both arms
         pool[r] = [{"arm": arm, "round": r, "ok": True, "failure": None, "quality": 0.5, "wall_s": 1.0,
                     "latency_ms": 20.0 * factor * shared * rng.lognormvariate(0, 0.01),
-                    "uncontended_latency_ms": None, "condition": "quiet", "effect": effect, "step_mode": "process"}
+                    "uncontended_latency_ms": None, "condition": "quiet", "effect": effect, "step_mode": step_mode}
                    for arm, factor in (("baseline", 1.0), ("candidate", 1.0 + effect))]
     return pool
 
@@ -51,6 +51,10 @@ def test_the_table_has_a_row_per_condition_and_method(tmp_path, capsys):
     path = tmp_path / "lab.csv"
     rows = [row for effect, seed in ((0.0, 4), (0.2, 5)) for rows_ in _pool(12, effect, seed).values()
             for row in rows_]
+    # The interleave hook's identical arms beside the process rounds, their round numbers the same:
+    # judged with them, each window would hold two attempts per arm and round.
+    rows += [row for rows_ in _pool(12, 0.5, seed=6, step_mode="steps").values() for row in rows_
+             if not row.update(effect=0.0)]
     fields = list(lab.FIELDS)
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
@@ -66,3 +70,8 @@ def test_the_table_has_a_row_per_condition_and_method(tmp_path, capsys):
     table = [line for line in lines if line.startswith("| quiet |")]
     assert [line.split("|")[2].strip() for line in table] == ["robust", "paired"]
     assert table[1].split("|")[3].strip() == "3 (1)"  # 12 rounds: 3 windows of 10, 1 disjoint
+    assert [line.split("|")[4].strip() for line in table] == ["0.0%", "0.0%"]  # no 50%-slower rows pooled in
+    assert "process rounds" in lines[0]
+    assert nls.main([str(path), "--suites", "5", "--n", "10", "--step-mode", "steps"]) == 0
+    out = capsys.readouterr().out
+    assert "steps rounds" in out and "no identical or 20%-slower pool" in out

@@ -7,6 +7,7 @@ from mlflow.tracking import MlflowClient
 
 import mlflow_perfgate as pg
 from mlflow_perfgate.cli import main
+from mlflow_perfgate.errors import PolicyError
 
 from helpers import CANDIDATE, CONDITIONS
 
@@ -79,8 +80,9 @@ method = "paired"
     assert len(pg.decisions(experiment_name=EXPERIMENT)) == 2
     # under the other control, the same decisions are a new suite decision
     code, out, _ = run_cli(capsys, "suite", "evaluate", suite, "--control", "bh")
-    assert code == 0 and "Benjamini-Hochberg" in out
+    assert code == 0 and "Benjamini-Hochberg" in out and "the tail test 10% of the entry's share" in out
     assert len(pg.tracking.suite_decisions(experiment_name=EXPERIMENT)) == 2
+    assert client.get_run(suite_run).data.params["perfgate.tail_share"] == "0.1"
 
 
 def test_a_suite_file_is_checked_before_anything_is_read(sqlite_uri, tmp_path, capsys):
@@ -115,6 +117,10 @@ def test_a_suite_file_merges_its_defaults_and_picks_each_objective_s_method():
     assert (lat.policy.method, mem.policy.method, rec.policy.method) == ("robust", "seed", "paired")
     assert not rec.runs and rec.max_attempts == 16 and rec.max_looks == 7 and rec.look_at(4) == 1
     assert rec.look_at(5) == 2 and rec.look_at(6) == 2 and rec.look_at(7) == 3 and rec.look_at(99) == 7
+    assert spec.tail_share == 0.1 and spec.settings()["tail_share"] == 0.1  # the default, logged
+    assert parse_suite({"suite": {"name": "n", "tail_share": 0.5, "groups": ["g"]}}).tail_share == 0.5
+    with pytest.raises(PolicyError, match="tail_share must be"):
+        parse_suite({"suite": {"name": "n", "tail_share": 0.7, "groups": ["g"]}})
     listed = parse_suite({"suite": {"name": "n", "groups": ["g1", "g2"]}})
     assert [(e.name, e.group, e.runs) for e in listed.entries] == [("g1", "g1", False), ("g2", "g2", False)]
 
@@ -183,6 +189,7 @@ thresholds = {{min_valid_runs = 5}}
 _SUITE_EVALUATOR = """
 import sys, time
 from mlflow_perfgate.cli import main
+from mlflow_perfgate.errors import PolicyError
 start = float(sys.argv[1])
 while time.time() < start:
     time.sleep(0.005)

@@ -14,7 +14,18 @@ error stays at the declared level:
   (``p95_ok``). ``control="holm"`` (the default, for a gate) holds the family-wise error
   rate, the chance of any false reject, at ``alpha`` (Holm's step-down); ``control="bh"``
   (for a report of changes, a nightly sweep where a few false findings among many are
-  tolerable) holds the false-discovery rate at ``alpha`` (Benjamini-Hochberg's step-up). An
+  tolerable) holds the false-discovery rate at ``alpha`` (Benjamini-Hochberg's step-up). Both
+  are *weighted*: each entry's tests share one unit of weight, its tail test ``tail_share``
+  (default :data:`TAIL_SHARE` = 0.1) of it and its main check the rest, so that a test is held
+  to ``alpha x its weight / the weight still in play`` at each of Holm's steps (Holm 1979's
+  weighted procedure; for BH, Genovese, Roeder and Wasserman 2006). Why: the main check is
+  what a suite gates on, and its rank test's p-value is discrete. With ``n`` = 10 ABBA rounds
+  the paired test's smallest p-values are 1/1024 and 2/1024; unweighted Holm over 20 entries'
+  40 tests holds the first at 0.05/40 = 0.00125, so only a window whose every round lies beyond
+  the boundary could pass; weighted, the main check is held to 0.05 x 0.9/20 = 0.00225, which
+  2/1024 meets (one round may fall short). The tail test's exceedance p-value reaches
+  ``1 / C(2n, n)`` (5e-6 at n = 10), so its smaller share still lets a gross tail regression
+  through. Equal weights would be ``tail_share`` = 0.5. An
   entry's statistical reject stands only if its test is rejected by that procedure; one that
   is not becomes ``rerun`` (``not_significant_in_suite``). A reject by a check without
   statistics (the failure rate, the quality, a hopeless candidate) stands as it is.
@@ -50,8 +61,9 @@ outside the error control, and the suite says so.
 the spent level ``sequential_alpha(k, K, a)`` of an overall level ``a``. Its *look-adjusted*
 p-value is the least overall level at which this look's test rejects, ``p* = min{a:
 p <= sequential_alpha(k, K, a)}``, and Holm or BH run on the ``p*``. So an entry's reject test
-is held to its Holm share spent at its look: at Holm rank ``j`` of ``m`` tests, ``p <=
-sequential_alpha(k, K, alpha / (m - j + 1))``. Each entry's union over its looks stays within
+is held to its Holm share spent at its look: at Holm rank ``j``, ``p <= sequential_alpha(k,
+K, alpha w / W_j)`` with ``w`` its weight and ``W_j`` the weight of the tests ranked ``j`` or
+later (unweighted: ``alpha / (m - j + 1)``). Each entry's union over its looks stays within
 its share, and Holm is monotone in its p-values, so a reject at any look keeps the family-wise
 error at ``alpha``. The O'Brien-Fleming-type increment is increasing in the overall level below
 about 0.317 (where ``z_{1 - a/2} > 1``), so the inversion is exact for the levels used here
@@ -90,7 +102,9 @@ __all__ = [
     "STATISTICAL_CHECKS",
     "SuiteDecision",
     "SuiteEntry",
+    "TAIL_SHARE",
     "adjusted_p_values",
+    "family_weights",
     "boundary_p_value",
     "entry_evidence",
     "look_adjusted_p",
@@ -105,7 +119,11 @@ CONTROLS = ("holm", "bh")
 SUITE_SETTINGS = (
     Setting("alpha", 0.05, "Error rate of the suite's rejects across its entries (family-wise with holm, "
             "false-discovery with bh)", low=0, high=0.3, low_open=True),
+    Setting("tail_share", 0.1, "Share of an entry's part of alpha spent on its tail (P95) test; its main test "
+            "gets the rest", low=0, high=0.5, low_open=True),
 )
+#: The default share of each entry's level that its tail test gets (see the module docstring).
+TAIL_SHARE = 0.1
 #: The checks whose failure is a statistical test (and so takes part in the error control).
 STATISTICAL_CHECKS = ("improvement_ok", "no_regression_ok", "p95_ok")
 #: What a suite says beyond the entries' own reasons.
@@ -259,6 +277,7 @@ class SuiteDecision:
         tests: how many tests the family holds.
         counts: entries by verdict within the suite.
         notes: what the reader must know (entries outside the control, withheld rejects).
+        tail_share: the share of each entry's weight its tail test had.
     """
 
     verdict: str
@@ -269,6 +288,7 @@ class SuiteDecision:
     tests: int
     counts: Mapping[str, int]
     notes: tuple[str, ...] = ()
+    tail_share: float = TAIL_SHARE
 
     def entry(self, name: str) -> SuiteEntry:
         """The entry of that name."""
@@ -280,6 +300,7 @@ class SuiteDecision:
     def to_dict(self) -> dict:
         """A plain dict: the verdict, reason, levels, counts, notes and each entry's dict."""
         return {"decision": self.verdict, "reason": self.reason, "alpha": self.alpha, "control": self.control,
+                "tail_share": self.tail_share,
                 "tests": self.tests, "counts": dict(self.counts), "notes": list(self.notes),
                 "entries": [entry.to_dict() for entry in self.entries]}
 
@@ -287,18 +308,28 @@ class SuiteDecision:
 # --- statistics ------------------------------------------------------------------------------------
 
 
-def adjusted_p_values(p_values: Sequence[float], control: str = "holm") -> list[float]:
-    """Holm's or Benjamini-Hochberg's adjusted p-values, in the order given.
+def adjusted_p_values(p_values: Sequence[float], control: str = "holm",
+                      weights: Sequence[float] | None = None) -> list[float]:
+    """Holm's or Benjamini-Hochberg's adjusted p-values, in the order given, optionally weighted.
 
-    Method: with ``p_(1) <= ... <= p_(m)`` sorted, Holm's adjusted value of ``p_(j)`` is
-    ``max_{i <= j} min(1, (m - i + 1) p_(i))`` and BH's is ``min_{i >= j} min(1, m p_(i) / i)``
-    (Wright, "Adjusted p-values for simultaneous inference", Biometrics 48(4), 1005-1013, 1992).
-    A hypothesis is rejected at level ``alpha`` exactly when its adjusted value is ``<= alpha``,
-    which is Holm's step-down and BH's step-up procedure. Ties keep the order given.
+    Method: unweighted, with ``p_(1) <= ... <= p_(m)`` sorted, Holm's adjusted value of ``p_(j)``
+    is ``max_{i <= j} min(1, (m - i + 1) p_(i))`` and BH's is ``min_{i >= j} min(1, m p_(i) /
+    i)`` (Wright, "Adjusted p-values for simultaneous inference", Biometrics 48(4), 1005-1013,
+    1992). A hypothesis is rejected at level ``alpha`` exactly when its adjusted value is ``<=
+    alpha``, which is Holm's step-down and BH's step-up procedure. Ties keep the order given.
+
+    Weighted (positive weights ``w``, a test's share of the level): the tests are ordered by
+    ``p / w``; Holm's adjusted value is ``max_{i <= j} min(1, p_(i) W_(i) / w_(i))`` with
+    ``W_(i)`` the weight of the tests ranked ``i`` or later (Holm 1979's weighted procedure:
+    at each step a test is held to ``alpha w / W``; the family-wise error stays at ``alpha``
+    under any dependence); BH's is BH's on ``p / w'`` with the weights scaled to mean 1, ``w' =
+    w m / sum(w)`` (Genovese, Roeder and Wasserman, "False discovery control with p-value
+    weighting", Biometrika 93(3), 509-524, 2006). Equal weights give the unweighted values.
 
     Args:
         p_values: each in [0, 1].
         control: ``"holm"`` or ``"bh"``.
+        weights: one positive weight per p-value (``None``: all equal).
 
     Returns:
         The adjusted p-values, each in [0, 1], one per p-value given.
@@ -312,20 +343,49 @@ def adjusted_p_values(p_values: Sequence[float], control: str = "holm") -> list[
     m = len(values)
     if m == 0:
         return []
-    order = sorted(range(m), key=lambda i: values[i])
+    if weights is None:
+        weights = [1.0] * m
+    weights = [float(w) for w in weights]
+    if len(weights) != m or any(not math.isfinite(w) or w <= 0 for w in weights):
+        raise InputError(f"weights must be {m} positive numbers, one per p-value, got {weights!r}")
+    scale = m / math.fsum(weights)
+    weights = [w * scale for w in weights]  # mean 1: Holm's ratios are unchanged, BH needs it
+    order = sorted(range(m), key=lambda i: values[i] / weights[i])
     adjusted = [0.0] * m
     if control == "holm":
+        remaining = [0.0] * (m + 1)
+        for rank in range(m - 1, -1, -1):
+            remaining[rank] = remaining[rank + 1] + weights[order[rank]]
         running = 0.0
         for rank, index in enumerate(order):
-            running = max(running, min(1.0, (m - rank) * values[index]))
+            running = max(running, min(1.0, values[index] * remaining[rank] / weights[index]))
             adjusted[index] = running
     else:
         running = 1.0
         for rank in range(m - 1, -1, -1):
             index = order[rank]
-            running = min(running, min(1.0, m * values[index] / (rank + 1)))
+            running = min(running, min(1.0, m * values[index] / weights[index] / (rank + 1)))
             adjusted[index] = running
     return adjusted
+
+
+def family_weights(evidence: Sequence["EntryEvidence"], tail_share: float) -> list[tuple[int, str, float]]:
+    """The family of a suite's tests, ``(entry position, check, weight)``: each controlled entry's
+    tests share a weight of 1, its tail test (``p95_ok``) ``tail_share`` of it and its main test
+    the rest; an entry with one test gives it the whole weight."""
+    family = []
+    for position, item in enumerate(evidence):
+        if not item.controlled:
+            continue
+        checks = list(item.tests)
+        others = [check for check in checks if check != "p95_ok"]
+        for check in checks:
+            if len(others) in (0, len(checks)):  # no tail test, or only one: equal shares
+                weight = 1 / len(checks)
+            else:
+                weight = tail_share if check == "p95_ok" else (1 - tail_share) / len(others)
+            family.append((position, check, weight))
+    return family
 
 
 def look_adjusted_p(p: float, look: int | None, max_looks: int | None, *, spending: str = "obrien_fleming") -> float:
@@ -531,7 +591,7 @@ def suite_verdict(verdicts: Iterable[str]) -> tuple[str, str]:
 
 
 def suite_gate(evidence: Sequence[EntryEvidence], *, alpha: float = 0.05, control: str = "holm",
-               spending: str = "obrien_fleming") -> SuiteDecision:
+               spending: str = "obrien_fleming", tail_share: float = TAIL_SHARE) -> SuiteDecision:
     """One verdict over a suite's entries, with its rejects' error controlled across them.
 
     The method is the module docstring's: every controlled entry's tests form the family; each
@@ -555,7 +615,7 @@ def suite_gate(evidence: Sequence[EntryEvidence], *, alpha: float = 0.05, contro
         PolicyError: ``alpha`` or ``control`` out of range.
         InputError: no entry, a name twice, or an item that is not an :class:`EntryEvidence`.
     """
-    check_settings(SUITE_SETTINGS, {"alpha": alpha}, PolicyError)
+    check_settings(SUITE_SETTINGS, {"alpha": alpha, "tail_share": tail_share}, PolicyError)
     if control not in CONTROLS:
         raise PolicyError(f"control must be one of {list(CONTROLS)}, got {control!r}")
     evidence = list(evidence)
@@ -568,19 +628,27 @@ def suite_gate(evidence: Sequence[EntryEvidence], *, alpha: float = 0.05, contro
         if item.name in seen:
             raise InputError(f"entry {item.name!r} appears twice in the suite")
         seen.add(item.name)
-    family = [(position, check) for position, item in enumerate(evidence) if item.controlled for check in item.tests]
+    weighted = family_weights(evidence, tail_share)
+    family = [(position, check) for position, check, _ in weighted]
+    m = len(family)
+    weights = [weight * m / math.fsum(w for _, _, w in weighted) for _, _, weight in weighted] if m else []
     raw = [evidence[position].tests[check] for position, check in family]
     stars = [look_adjusted_p(p, evidence[position].look, evidence[position].max_looks, spending=spending)
              for p, (position, check) in zip(raw, family)]
-    holm = adjusted_p_values(stars, "holm")
-    bh = adjusted_p_values(stars, "bh")
+    holm = adjusted_p_values(stars, "holm", weights)
+    bh = adjusted_p_values(stars, "bh", weights)
     chosen = holm if control == "holm" else bh
-    m = len(family)
-    ranks = {index: rank for rank, index in enumerate(sorted(range(m), key=lambda i: stars[i]))}
+    order = sorted(range(m), key=lambda i: stars[i] / weights[i])
+    ranks = {index: rank for rank, index in enumerate(order)}
+    remaining = [0.0] * (m + 1)  # the weight of the tests ranked here or later (Holm's W_j)
+    for rank in range(m - 1, -1, -1):
+        remaining[rank] = remaining[rank + 1] + weights[order[rank]]
     per_entry: dict[int, dict[str, dict]] = {}
     for index, (position, check) in enumerate(family):
         item = evidence[position]
-        share = alpha / (m - ranks[index]) if control == "holm" else alpha * (ranks[index] + 1) / m
+        rank = ranks[index]
+        share = (alpha * weights[index] / remaining[rank] if control == "holm"
+                 else alpha * weights[index] * (rank + 1) / m)
         level = share
         if item.look is not None and item.max_looks is not None and item.max_looks > 1:
             from ._sequential import sequential_alpha
@@ -624,4 +692,4 @@ def suite_gate(evidence: Sequence[EntryEvidence], *, alpha: float = 0.05, contro
     verdict, reason = suite_verdict(entry.verdict for entry in entries)
     counts = {name: sum(entry.verdict == name for entry in entries) for name in VERDICTS}
     return SuiteDecision(verdict, reason, tuple(entries), float(alpha), control, m, MappingProxyType(counts),
-                         tuple(notes))
+                         tuple(notes), float(tail_share))

@@ -24,7 +24,7 @@ from mlflow.entities import Metric, RunStatus
 from .. import rules
 from ..rules._errors import InputError, PerfgateError
 from ..rules._records import REASONS, VERDICTS
-from ..rules._suite import SUITE_REASONS, SuiteDecision, entry_evidence, suite_gate
+from ..rules._suite import SUITE_REASONS, TAIL_SHARE, SuiteDecision, entry_evidence, suite_gate
 from . import _client, _report
 from ._decision_run import claim, wait_for
 from ._environment import process_identity
@@ -85,7 +85,7 @@ def _settings_params(settings: dict) -> dict[str, str]:
 
 def judge_entries(items: list[SuiteItem], *, experiment_name: str | None = None, alpha: float = 0.05,
                   control: str = "holm", stale_after_s: float = DEFAULT_STALE_AFTER_S,
-                  dry_run: bool = False) -> tuple[list[dict], SuiteDecision]:
+                  dry_run: bool = False, tail_share: float = TAIL_SHARE) -> tuple[list[dict], SuiteDecision]:
     """Each entry's ``evaluate_group`` result (written, or a dry run) and the gate over them."""
     if not items:
         raise InputError("a suite needs at least one entry")
@@ -103,19 +103,21 @@ def judge_entries(items: list[SuiteItem], *, experiment_name: str | None = None,
         except PerfgateError as exc:
             raise type(exc)(f"suite entry {item.name!r} (group {item.group!r}): {exc}") from exc
         results.append(result)
-    return results, suite_gate(evidence, alpha=alpha, control=control)
+    return results, suite_gate(evidence, alpha=alpha, control=control, tail_share=tail_share)
 
 
-def suite_key(name: str, items: list[SuiteItem], results: list[dict], alpha: float, control: str) -> str:
+def suite_key(name: str, items: list[SuiteItem], results: list[dict], alpha: float, control: str,
+              tail_share: float = TAIL_SHARE) -> str:
     """A digest of what a suite decision judged: each entry's decision key, and the suite's settings."""
-    payload = {"name": name, "alpha": alpha, "control": control,
+    payload = {"name": name, "alpha": alpha, "control": control, "tail_share": tail_share,
                "entries": [[item.name, item.group, result.get("decision_key")] for item, result in zip(items, results)]}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def evaluate_suite(name: str, items: list[SuiteItem], *, experiment_name: str | None = None, alpha: float = 0.05,
                    control: str = "holm", stale_after_s: float = DEFAULT_STALE_AFTER_S,
-                   suite_run_id: str | None = None, dry_run: bool = False, settings: dict | None = None) -> dict:
+                   suite_run_id: str | None = None, dry_run: bool = False, settings: dict | None = None,
+                   tail_share: float = TAIL_SHARE) -> dict:
     """Judge every entry, gate over them, write the suite decision run.
 
     Each entry is judged by :func:`~mlflow_perfgate.tracking.evaluate_group` under its policy
@@ -132,6 +134,7 @@ def evaluate_suite(name: str, items: list[SuiteItem], *, experiment_name: str | 
         items: the entries (:class:`SuiteItem`).
         experiment_name: where the groups are.
         alpha, control: the suite's error rate and its control (``holm`` or ``bh``).
+        tail_share: the share of each entry's part of ``alpha`` its tail test gets (``rules.suite_gate``).
         stale_after_s: ``evaluate_group``'s.
         suite_run_id: the suite run to write onto.
         dry_run: judge without writing anything.
@@ -150,7 +153,7 @@ def evaluate_suite(name: str, items: list[SuiteItem], *, experiment_name: str | 
     """
     _check_name(name)
     results, gate = judge_entries(items, experiment_name=experiment_name, alpha=alpha, control=control,
-                                  stale_after_s=stale_after_s, dry_run=dry_run)
+                                  stale_after_s=stale_after_s, dry_run=dry_run, tail_share=tail_share)
     summary = _summary(name, items, results, gate)
     if dry_run:
         summary.update(suite_run_id=None, suite_run_url=None)
@@ -158,7 +161,7 @@ def evaluate_suite(name: str, items: list[SuiteItem], *, experiment_name: str | 
         return summary
     mlflow_client = _client.client()
     experiment_id = results[0]["experiment_id"]
-    key = suite_key(name, items, results, gate.alpha, gate.control)
+    key = suite_key(name, items, results, gate.alpha, gate.control, gate.tail_share)
     run_id, adopt = _suite_target(mlflow_client, experiment_id, name, key, suite_run_id, settings,
                                   [result.get("decision_run_id") for result in results])
     summary["suite_run_id"] = run_id
@@ -220,7 +223,8 @@ def _write(mlflow_client, run_id: str, summary: dict, key: str) -> None:
                       **{f"entries_{verdict}": counts.get(verdict, 0) for verdict in VERDICTS}}
     now = int(time.time() * 1000)
     metrics = [Metric(name, float(value), now, 0) for name, value in metrics_source.items()]
-    params = {PARAM.of("alpha"): str(summary["alpha"]), PARAM.of("control"): summary["control"]}
+    params = {PARAM.of("alpha"): str(summary["alpha"]), PARAM.of("control"): summary["control"],
+              PARAM.of("tail_share"): str(summary["tail_share"])}
     tags = {TAG.DECISION: summary["decision"], TAG.REASON: summary["reason"], TAG.SUITE_KEY: key,
             TAG.NOTE: _report.fit_note(summary["report"])}
     payload = {"format_version": SUITE_FORMAT, **_json_ready(summary)}
@@ -308,8 +312,9 @@ def suite_markdown(summary: dict) -> str:
              f"- entries: {len(summary['entries'])} ("
              + ", ".join(f"{count} {name}" for name, count in summary["counts"].items() if count) + ")",
              f"- error control: {'Holm (family-wise error)' if summary['control'] == 'holm' else 'Benjamini-Hochberg (false-discovery rate)'} "
-             f"<= {summary['alpha']:g} over {summary['tests']} reject tests (each entry's main check and tail test); "
-             "accepts need every entry's own accept (intersection-union)"]
+             f"<= {summary['alpha']:g} over {summary['tests']} reject tests (each entry's main check and tail test, "
+             f"weighted: the tail test {summary.get('tail_share', TAIL_SHARE):.0%} of the entry's share, the main "
+             "check the rest); accepts need every entry's own accept (intersection-union)"]
     if summary.get("suite_run_url"):
         lines.append(f"- suite run: {summary['suite_run_url']}")
     for note in summary.get("notes", []):
