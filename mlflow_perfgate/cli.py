@@ -312,6 +312,8 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
             if unknown:
                 raise click.BadParameter(f"unknown fields {unknown}; expected some of {list(_RECORD_FIELDS)}",
                                          param_hint=where)
+            # a field given as null is a field not given (what a JSON writer makes of None)
+            item = {key: value for key, value in item.items() if value is not None}
             for name in ("set", "metrics", "env"):
                 if not isinstance(item.get(name, {}), dict):
                     raise click.BadParameter(f"{name!r} must be an object of KEY: VALUE", param_hint=where)
@@ -361,8 +363,9 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
               help="Many attempts, one JSON object per line (- for stdin) with record's options as fields "
                    "(group, arm, set, latency_ms, quality, failure, validity, metrics, env, attempt_id, "
                    "parent_run_id, experiment, commit_time, and step_times_ms: the measured steps' times, whose "
-                   "fastest --latency fastest judges); the options above are the defaults of every line. Every "
-                   "line is checked before anything is written.")
+                   "fastest --latency fastest judges); the options above are the defaults of every line, and a "
+                   "field given as null is a field not given. Every line is checked before anything is "
+                   "written.")
 @guarded
 def record(group, arm, conditions, condition_list, allow_empty, latency_ms, quality, failure, validity, metrics,
            environment, attempt_id, parent_run_id, experiment, commit_time, from_jsonl):

@@ -365,6 +365,15 @@ def compare(
             raise InputError(
                 f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
                 "comparison's attempts to them, or choose another --group")
+        if resume and len(held["repeats"]) == 1 and held["repeats"][0] != str(base["repeats"]):
+            # ``repeats`` is a fixed condition of the comparison, its planned size: the attempts a
+            # resume adds belong to the same comparison, so they carry its value, not this call's
+            # --attempts (else the single-variable rule sees two values and refuses the group).
+            planned = held["repeats"][0]
+            base["repeats"] = candidate["repeats"] = int(planned) if planned.isdigit() else planned
+            if progress:
+                print(f"resuming group {group!r}: its attempts carry repeats={planned} (the comparison's planned "
+                      f"size); this call adds {attempts} attempts per arm under that condition", file=sys.stderr)
         if resume and held["comparison_run_id"]:
             comparison_id = held["comparison_run_id"]
         else:

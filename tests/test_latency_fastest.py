@@ -103,6 +103,8 @@ def test_evaluate_judges_the_fastest_steps_and_the_report_says_so(sqlite_uri, ca
         main(["evaluate", "--group", "fast-eval", "--method", "robust", "--latency", "fastest", "--format", "json"])
     out = capsys.readouterr().out
     assert exit_info.value.code == 0 and json.loads(out)["baseline"]["latency_key"] == "fastest_step_ms"
+    # the decision queries say which latency each decision judged
+    assert set(pg.decisions(group="fast-eval")["latency"]) == {"fastest"}
 
 
 def test_evaluate_refuses_fastest_on_attempts_logged_without_steps(sqlite_uri, capsys):
@@ -139,6 +141,13 @@ def test_record_from_jsonl_takes_step_times(sqlite_uri, tmp_path, capsys):
     assert exit_info.value.code == 0
     run_ids = out.split()
     assert [MlflowClient().get_run(r).data.metrics["fastest_step_ms"] for r in run_ids] == [99.5, 88.5]
+    # null is a field not given (a JSON writer's None): no steps, no fastest step, nothing refused
+    source.write_text(json.dumps({**lines[0], "step_times_ms": None, "set": None, "env": None}) + "\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["record", "--from-jsonl", str(source), "--group", "jsonl-fast", "--set", "model=tiny"])
+    assert exit_info.value.code == 0
+    run = MlflowClient().get_run(capsys.readouterr().out.split()[0])
+    assert "fastest_step_ms" not in run.data.metrics and run.data.params["model"] == "tiny"
     source.write_text(json.dumps({**lines[0], "step_times_ms": "99.5"}) + "\n")
     with pytest.raises(SystemExit) as exit_info:
         main(["record", "--from-jsonl", str(source), "--group", "jsonl-fast", "--set", "model=tiny"])

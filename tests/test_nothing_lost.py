@@ -378,13 +378,16 @@ def test_compare_into_an_existing_group_is_refused_or_resumed(sqlite_uri):
                     progress=False, min_valid_runs=2, env_mismatch="warn")
     with pytest.raises(InputError, match="already holds 4 attempts; pass --resume"):
         compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="again", supervised=False, progress=False)
-    again = compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="again", supervised=False,
+    # a resume may add another number of attempts: they keep the comparison's repeats condition
+    again = compare("tinylm", TINY, {"checkpoint": True}, attempts=3, group="again", supervised=False,
                     progress=False, min_valid_runs=2, env_mismatch="warn", resume=True)
     assert again["comparison_run_id"] == first["comparison_run_id"]
-    assert again["baseline"]["attempted_runs"] == 4 and again["candidate"]["attempted_runs"] == 4
+    assert again["decision"] in ("accept", "reject", "rerun") and again["reason"] != "single_variable_violation"
+    assert again["baseline"]["attempted_runs"] == 5 and again["candidate"]["attempted_runs"] == 5
     client = MlflowClient()
     pairs = sorted(int(client.get_run(r).data.tags[TAG.PAIR]) for r in again["run_ids"])
-    assert pairs == [0, 0, 1, 1, 2, 2, 3, 3]  # the ABBA rounds went on
+    assert pairs == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]  # the ABBA rounds went on
+    assert {client.get_run(r).data.params["repeats"] for r in again["run_ids"]} == {"2"}
     statuses = {client.get_run(r).info.status for r in again["run_ids"]}
     assert statuses == {"FINISHED"}
 

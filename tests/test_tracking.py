@@ -63,6 +63,7 @@ def test_reject_keeps_failed_attempt_in_the_denominator(tracking_uri):
     frame = pg.decisions(group="g-reject")
     assert list(frame["decision"]) == ["reject"]
     assert frame.iloc[0]["failed_checks"] == ["failure_rate_ok"]
+    assert (frame.iloc[0]["method"], frame.iloc[0]["latency"]) == ("seed", "raw")  # how it was judged
 
 
 def test_rerun_when_too_few_valid_runs(sqlite_uri):

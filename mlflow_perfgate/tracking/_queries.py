@@ -13,7 +13,7 @@ from ._schema import KIND_DECISION, PARAM, TAG
 
 __all__ = ["attempts_since", "decision_columns", "decisions"]
 
-_LABELS = ["group", "decision", "reason", "failed_checks", "reason_text", "objective", "method", "mode",
+_LABELS = ["group", "decision", "reason", "failed_checks", "reason_text", "objective", "method", "mode", "latency",
            "changed_variable", "baseline_value", "candidate_value", "suite", "suite_entry", "suite_decision"]
 
 
@@ -77,6 +77,9 @@ def decisions(experiment_name: str | None = None, group: str | None = None, suit
             "objective": tags.get(TAG.OBJECTIVE, "latency"),
             "method": tags.get(TAG.METHOD, "seed"),
             "mode": tags.get(TAG.MODE, "improvement"),
+            # the latency figure judged (raw, uncontended, fastest); decisions written before the
+            # option existed judged the raw one
+            "latency": tags.get(TAG.LATENCY, "raw"),
             # the first release wrote these params without the perfgate. namespace
             "changed_variable": params.get(PARAM.CHANGED_VARIABLE) or params.get("changed_variable") or None,
             "baseline_value": params.get(PARAM.BASELINE_VALUE) or params.get("baseline_value") or None,

@@ -196,7 +196,8 @@ def group_state(group: str, *, experiment_name: str | None = None) -> dict:
 
     Returns:
         ``attempts`` (how many), ``comparison_run_id`` (the comparison its attempts nest under,
-        or ``None``), ``next_pair`` (the next free ABBA round).
+        or ``None``), ``next_pair`` (the next free ABBA round), ``repeats`` (the values of the
+        ``repeats`` condition its attempts carry, sorted: a resumed comparison keeps its own).
     """
     from ._group import load
 
@@ -204,9 +205,10 @@ def group_state(group: str, *, experiment_name: str | None = None) -> dict:
     try:
         experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     except InputError:
-        return {"attempts": 0, "comparison_run_id": None, "next_pair": 0}
+        return {"attempts": 0, "comparison_run_id": None, "next_pair": 0, "repeats": []}
     found = load(group, experiment_id, mlflow_client, stale_after_s=float("inf"))
     parents = {view.parent_run_id for view in found.attempts if view.parent_run_id}
     pairs = [int(view.tags[TAG.PAIR]) for view in found.attempts if view.tags.get(TAG.PAIR, "").isdigit()]
     return {"attempts": len(found.attempts), "comparison_run_id": next(iter(parents)) if len(parents) == 1 else None,
-            "next_pair": max(pairs) + 1 if pairs else 0}
+            "next_pair": max(pairs) + 1 if pairs else 0,
+            "repeats": sorted({view.params["repeats"] for view in found.attempts if "repeats" in view.params})}
