@@ -252,18 +252,32 @@ def _current_uri() -> str:
     return mlflow.get_tracking_uri()
 
 
+#: A lost race on a row another writer inserted first (SQLite, PostgreSQL, MySQL): MLflow's SQL
+#: store writes a tag by reading, then inserting or updating, so two writers of one new tag can
+#: both decide to insert.
+_RACE_MARKERS = ("UNIQUE constraint failed", "duplicate key value violates unique constraint", "Duplicate entry")
+
+
 def retrying(call: Callable[[], T]) -> T:
-    """Run a store call, retrying while SQLite reports its database locked.
+    """Run a store call, retrying while SQLite reports its database locked, or the call lost a race.
 
     A locked SQLite write rolls back whole, so a retry never writes twice. Concurrent writer
-    processes on one SQLite file meet this under load. Other store errors are raised at once
-    as :class:`StoreRefused` or :class:`StoreUnavailable` (the original as their cause).
+    processes on one SQLite file meet this under load. So does a write that lost an insert race
+    (two processes setting the same new tag on one run: one insert violates the table's unique
+    key and its transaction rolls back): the retry finds the row and updates it, or, for a param
+    (which may not change), is refused as a param already set, which the caller reads back. Other
+    store errors are raised at once as :class:`StoreRefused` or :class:`StoreUnavailable` (the
+    original as their cause).
     """
     for attempt in range(_LOCK_RETRIES):
         try:
             return call()
         except Exception as exc:
-            locked = isinstance(exc, MlflowException) and "database is locked" in str(exc)
+            text = str(exc) if isinstance(exc, MlflowException) else ""
+            # "already exists" (an experiment another process created) is an answer, not a lost race
+            raced = getattr(exc, "error_code", None) != "RESOURCE_ALREADY_EXISTS" and any(
+                marker in text for marker in _RACE_MARKERS)
+            locked = "database is locked" in text or raced
             if locked and attempt < _LOCK_RETRIES - 1:
                 time.sleep(0.05 * (2**attempt) * (1 + random.random()))
                 continue
