@@ -96,6 +96,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.entries < 2 or args.suites < 1 or args.n < 2:
         parser.error("--entries must be >= 2, --suites >= 1 and --n >= 2")
+    if not 0 < args.tail_share <= 0.5:  # NaN fails too
+        parser.error(f"--tail-share must be in (0, 0.5], got {args.tail_share}")
     rows = read_rows(args.csv)
     mode = judged_mode(rows, args.step_mode)
     pools = pools_of(row for row in rows if row["step_mode"] == mode)

@@ -312,11 +312,20 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
             if unknown:
                 raise click.BadParameter(f"unknown fields {unknown}; expected some of {list(_RECORD_FIELDS)}",
                                          param_hint=where)
-            # a field given as null is a field not given (what a JSON writer makes of None)
+            # a field given as null is a field not given (what a JSON writer makes of None); so is
+            # a condition or a fingerprint key given as null (the defaults' value stands)
             item = {key: value for key, value in item.items() if value is not None}
             for name in ("set", "metrics", "env"):
                 if not isinstance(item.get(name, {}), dict):
                     raise click.BadParameter(f"{name!r} must be an object of KEY: VALUE", param_hint=where)
+            for name in ("set", "env"):
+                if name in item:
+                    item[name] = {key: value for key, value in item[name].items() if value is not None}
+            empty = sorted(key for key, value in item.get("set", {}).items() if isinstance(value, str) and
+                           not value.strip())
+            if empty and not defaults.get("allow_empty"):
+                raise click.BadParameter(f"'set' gives {empty} an empty value; pass --allow-empty if empty is meant",
+                                         param_hint=where)
             if not isinstance(item.get("step_times_ms", []), list):
                 raise click.BadParameter("'step_times_ms' must be a list of the measured steps' times, in ms",
                                          param_hint=where)
@@ -382,7 +391,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
             raise click.UsageError(f"--from-jsonl takes each attempt's outcome from its line; drop {', '.join(given)}")
         attempts = _jsonl_attempts(from_jsonl, {"group": group, "arm": arm, "conditions": parsed,
                                                 "parent_run_id": parent_run_id, "experiment": experiment,
-                                                "commit_time": commit_time})
+                                                "commit_time": commit_time, "allow_empty": allow_empty})
     else:
         for name, value in (("--group", group), ("--arm", arm)):
             if value is None:

@@ -82,6 +82,23 @@ def _check_interleave(interleave: Any, variable: str, base: dict, objective: str
                          f"{type(runner).__name__} does not")
 
 
+def keep_planned_repeats(held: dict, *arms: dict) -> str | None:
+    """On a resume, give the arms the group's own ``repeats``; the value, or ``None`` when unchanged.
+
+    ``repeats`` is a fixed condition of a comparison, its planned size: the attempts a resume adds
+    (``compare --resume``, ``suite run --resume``) belong to the same comparison, so they carry
+    its value, not the new call's ``attempts`` (else the single-variable rule sees two values and
+    refuses the group). ``held`` is :func:`~mlflow_perfgate.tracking.group_state`'s answer.
+    """
+    values = held.get("repeats") or []
+    if len(values) != 1 or not arms or values[0] == str(arms[0].get("repeats")):
+        return None
+    planned = values[0]
+    for arm in arms:
+        arm["repeats"] = int(planned) if planned.isdigit() else planned
+    return planned
+
+
 def _base_conditions(workload: str, conditions: dict, attempts: int) -> dict:
     base = dict(DEFAULT_CONDITIONS) if workload == "tinylm" else {}
     base.update(conditions)
@@ -365,12 +382,8 @@ def compare(
             raise InputError(
                 f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
                 "comparison's attempts to them, or choose another --group")
-        if resume and len(held["repeats"]) == 1 and held["repeats"][0] != str(base["repeats"]):
-            # ``repeats`` is a fixed condition of the comparison, its planned size: the attempts a
-            # resume adds belong to the same comparison, so they carry its value, not this call's
-            # --attempts (else the single-variable rule sees two values and refuses the group).
-            planned = held["repeats"][0]
-            base["repeats"] = candidate["repeats"] = int(planned) if planned.isdigit() else planned
+        planned = keep_planned_repeats(held, base, candidate) if resume else None
+        if planned is not None:
             if progress:
                 print(f"resuming group {group!r}: its attempts carry repeats={planned} (the comparison's planned "
                       f"size); this call adds {attempts} attempts per arm under that condition", file=sys.stderr)

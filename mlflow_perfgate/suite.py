@@ -345,6 +345,10 @@ class _Entry:
             raise InputError(
                 f"suite entry {spec.name!r}: group {spec.group!r} already holds {held['attempts']} attempts; pass "
                 "--resume to add to them, or run the suite under another --name")
+        if resume:  # the added attempts keep the comparison's planned size, whatever attempts says now
+            from .harness import keep_planned_repeats
+
+            keep_planned_repeats(held, self.arms["baseline"], self.arms["candidate"])
         if resume and held["comparison_run_id"]:
             self.comparison_id = held["comparison_run_id"]
         else:
@@ -613,8 +617,16 @@ def start(suite: SuiteSpec, *, parent_run_id: str | None = None) -> str:
     :func:`run_entry` for each entry (``suite_run_id=suite_run_id``), then :func:`evaluate`
     with the same ``suite_run_id`` writes the decision onto it.
     """
+    from .tracking import group_state
     from .tracking._suite import start_suite
 
+    # a collected entry whose group holds nothing would fail the suite after every other entry ran
+    empty = [entry for entry in suite.entries
+             if not entry.runs and not group_state(entry.group, experiment_name=suite.experiment)["attempts"]]
+    if empty:
+        raise InputError("; ".join(f"suite entry {entry.name!r}: group {entry.group!r} holds no attempts to collect"
+                                   for entry in empty)
+                         + " (record them first, or give the entry a change to run); nothing was run")
     return start_suite(suite.name, experiment_name=suite.experiment, settings=suite.settings(),
                        parent_run_id=parent_run_id)
 

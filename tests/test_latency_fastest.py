@@ -148,6 +148,18 @@ def test_record_from_jsonl_takes_step_times(sqlite_uri, tmp_path, capsys):
     assert exit_info.value.code == 0
     run = MlflowClient().get_run(capsys.readouterr().out.split()[0])
     assert "fastest_step_ms" not in run.data.metrics and run.data.params["model"] == "tiny"
+    # inside set and env too: the default condition stands, no "None" is recorded
+    source.write_text(json.dumps({**lines[0], "set": {"model": None}, "env": {"torch_threads": None}}) + "\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["record", "--from-jsonl", str(source), "--group", "jsonl-fast", "--set", "model=tiny"])
+    assert exit_info.value.code == 0
+    run = MlflowClient().get_run(capsys.readouterr().out.split()[0])
+    assert run.data.params["model"] == "tiny" and "perfgate.env.torch_threads" not in run.data.tags
+    # an empty condition is refused as on the command line, unless --allow-empty
+    source.write_text(json.dumps({**lines[0], "set": {"model": " "}}) + "\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["record", "--from-jsonl", str(source), "--group", "jsonl-fast", "--set", "model=tiny"])
+    assert exit_info.value.code == 2 and "--allow-empty" in capsys.readouterr().err
     source.write_text(json.dumps({**lines[0], "step_times_ms": "99.5"}) + "\n")
     with pytest.raises(SystemExit) as exit_info:
         main(["record", "--from-jsonl", str(source), "--group", "jsonl-fast", "--set", "model=tiny"])

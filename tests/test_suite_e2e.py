@@ -125,6 +125,61 @@ def test_a_suite_file_merges_its_defaults_and_picks_each_objective_s_method():
     assert [(e.name, e.group, e.runs) for e in listed.entries] == [("g1", "g1", False), ("g2", "g2", False)]
 
 
+def test_suite_run_refuses_a_collected_group_that_holds_nothing_before_anything_runs(sqlite_uri, tmp_path, capsys):
+    suite = write_suite(tmp_path / "missing.toml", f"""
+[suite]
+name = "early"
+experiment = "{EXPERIMENT}"
+
+[defaults]
+supervised = false
+set = {{input_shape = "2,16", steps = 2, warmup = 1}}
+
+[[entry]]
+name = "runs"
+change = {{checkpoint = true}}
+
+[[entry]]
+name = "pr-42"
+group = "pr-42-run-7"
+""")
+    code, _, err = run_cli(capsys, "suite", "run", suite, "--no-progress")
+    assert code == 2 and "suite entry 'pr-42': group 'pr-42-run-7' holds no attempts" in err, err
+    assert "nothing was run" in err
+    assert MlflowClient().search_runs([e.experiment_id for e in MlflowClient().search_experiments()]) == []
+
+
+@pytest.mark.slow
+def test_suite_run_resumed_with_more_attempts_keeps_the_comparison_s_repeats(sqlite_uri, tmp_path, capsys):
+    body = f"""
+[suite]
+name = "again"
+experiment = "{EXPERIMENT}"
+
+[defaults]
+mode = "non_regression"
+supervised = false
+set = {{input_shape = "2,16", steps = 2, warmup = 1}}
+thresholds = {{min_valid_runs = 2}}
+
+[[entry]]
+name = "ck"
+change = {{checkpoint = true}}
+attempts = ATTEMPTS
+"""
+    first = write_suite(tmp_path / "two.toml", body.replace("ATTEMPTS", "2"))
+    code, out, err = run_cli(capsys, "suite", "run", first, "--no-progress")
+    assert code in (0, 1, 3), out + err
+    more = write_suite(tmp_path / "three.toml", body.replace("ATTEMPTS", "3"))
+    code, out, err = run_cli(capsys, "suite", "run", more, "--no-progress", "--resume")
+    assert code in (0, 1, 3), out + err  # judged, not refused for two values of repeats
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name(EXPERIMENT).experiment_id
+    attempts = client.search_runs([experiment], "tags.\"perfgate.group\" = 'again/ck' and tags.\"perfgate.kind\" = "
+                                                "'attempt'")
+    assert len(attempts) == 10 and {run.data.params["repeats"] for run in attempts} == {"2"}
+
+
 @pytest.mark.slow
 def test_suite_run_interleaves_tinylm_entries_and_a_recorded_regression_rejects(sqlite_uri, tmp_path, capsys):
     log_group("g-slower", STEADY, [v * 1.5 for v in STEADY])

@@ -227,7 +227,9 @@ class SuiteEntry:
         adjusted: each test's look-adjusted p-value (``p*``).
         holm: each test's Holm-adjusted p-value (the family-wise level at which it is rejected).
         bh: each test's Benjamini-Hochberg adjusted p-value (q-value).
-        share: each test's Holm share, ``alpha / (m - rank + 1)`` (its level, before the look's spending).
+        share: each test's share of ``alpha`` (its level, before the look's spending): Holm's
+            ``alpha w / W`` (its weight over the weight of the tests ranked with or after it), BH's
+            ``alpha w' rank / m``.
         level: each test's level at its look: the share spent at the look (``sequential_alpha``).
         significant: each test rejected by the suite's control at ``alpha``.
         evidence: the :class:`EntryEvidence` it came from.
