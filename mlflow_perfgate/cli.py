@@ -461,8 +461,8 @@ def decisions(experiment, group, suite_name, output_format):
     elif frame.empty:
         click.echo("no decisions")
     else:
-        columns = ["start_time", "group", "decision", "failed_checks", "reason_text", "objective", "changed_variable",
-                   "baseline_value", "candidate_value", "baseline_median_ms", "candidate_median_ms",
+        columns = ["start_time", "group", "decision", "failed_checks", "reason_text", "objective", "method",
+                   "latency", "changed_variable", "baseline_value", "candidate_value", "baseline_median_ms", "candidate_median_ms",
                    "observed_improvement", "memory_reduction", "run_id"]
         if suite_name is not None:
             columns[1:1] = ["suite_entry", "suite_decision"]

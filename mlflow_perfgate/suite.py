@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import rules
-from .rules._errors import InputError, PolicyError, StoreUnavailable
+from .rules._errors import InputError, PolicyError, RuleTypeError, StoreUnavailable
 
 __all__ = ["ENTRY_KEYS", "EntrySpec", "SuiteSpec", "evaluate", "load_suite", "parse_suite", "run", "run_entry", "start"]
 
@@ -196,8 +196,8 @@ def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> Sui
     tail_share = head.get("tail_share", 0.1)
     try:
         check_settings(SUITE_SETTINGS, {"alpha": alpha, "tail_share": tail_share}, PolicyError)
-    except PolicyError as exc:
-        raise PolicyError(f"{source}: {exc}") from None
+    except (PolicyError, RuleTypeError) as exc:  # a value out of range, or no number: name the file
+        raise type(exc)(f"{source}: {exc}") from None
     if control not in CONTROLS:
         raise PolicyError(f"{source}: control must be one of {list(CONTROLS)}, got {control!r}")
     interleave = head.get("interleave", "rounds")

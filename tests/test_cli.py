@@ -59,6 +59,8 @@ def test_decisions_and_report(sqlite_uri, capsys):
     assert out.splitlines()[0].startswith("group,decision,reason")
     code, out, _ = run_cli(capsys, "decisions")
     assert "rep" in out and "accept" in out
+    header, row = out.splitlines()[:2]
+    assert header.split()[6:8] == ["method", "latency"] and " seed " in row and " raw " in row  # how it was judged
     code, out, _ = run_cli(capsys, "report", "--group", "rep")
     assert code == 0 and out.startswith("## ACCEPT") and "| median | 100 ms | 89 ms |" in out
 

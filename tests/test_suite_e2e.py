@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 
 import mlflow_perfgate as pg
 from mlflow_perfgate.cli import main
-from mlflow_perfgate.errors import PolicyError
+from mlflow_perfgate.errors import PerfgateError, PolicyError
 
 from helpers import CANDIDATE, CONDITIONS
 
@@ -119,8 +119,11 @@ def test_a_suite_file_merges_its_defaults_and_picks_each_objective_s_method():
     assert rec.look_at(5) == 2 and rec.look_at(6) == 2 and rec.look_at(7) == 3 and rec.look_at(99) == 7
     assert spec.tail_share == 0.1 and spec.settings()["tail_share"] == 0.1  # the default, logged
     assert parse_suite({"suite": {"name": "n", "tail_share": 0.5, "groups": ["g"]}}).tail_share == 0.5
-    with pytest.raises(PolicyError, match="tail_share must be"):
+    with pytest.raises(PolicyError, match="^<suite>: tail_share must be"):
         parse_suite({"suite": {"name": "n", "tail_share": 0.7, "groups": ["g"]}})
+    for key, value in (("tail_share", "0.1"), ("alpha", "0.05")):  # no number: the file is named too
+        with pytest.raises(PerfgateError, match=f"^<suite>: {key} must be a real number"):
+            parse_suite({"suite": {"name": "n", key: value, "groups": ["g"]}})
     listed = parse_suite({"suite": {"name": "n", "groups": ["g1", "g2"]}})
     assert [(e.name, e.group, e.runs) for e in listed.entries] == [("g1", "g1", False), ("g2", "g2", False)]
 
@@ -244,7 +247,7 @@ thresholds = {{min_valid_runs = 5}}
 _SUITE_EVALUATOR = """
 import sys, time
 from mlflow_perfgate.cli import main
-from mlflow_perfgate.errors import PolicyError
+from mlflow_perfgate.errors import PerfgateError, PolicyError
 start = float(sys.argv[1])
 while time.time() < start:
     time.sleep(0.005)
