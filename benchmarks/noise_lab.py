@@ -1081,13 +1081,7 @@ def calibrate(args, runner, conditions: dict) -> dict:
         order = (0, args.probe_units) if index % 2 == 0 else (args.probe_units, 0)
         got = {}
         if shared:
-            from mlflow_perfgate.workloads import run_interleaved
-
-            results = run_interleaved(WORKLOAD, {**conditions, "extra_units": order[0]},
-                                      {**conditions, "extra_units": order[1]}, warmup=args.warmup, steps=args.steps,
-                                      threads=args.threads, timeout_s=2 * args.timeout, probe=not args.no_probe,
-                                      supervised=True, runner=runner)
-            pairs = list(zip(order, results))
+            pairs = list(zip(order, shared_pair(args, runner, conditions, *order)))
         else:
             pairs = [(units, run_attempt(WORKLOAD, {**conditions, "extra_units": units}, runner=runner,
                                          timeout_s=args.timeout, probe=not args.no_probe, threads=args.threads))
@@ -1213,23 +1207,28 @@ def collect(args, runner, conditions: dict, calibration: dict, writer, lab_t0: f
     return seq
 
 
+def shared_pair(args, runner, conditions: dict, units_a: int, units_b: int) -> tuple:
+    """Both arms in one supervised child, ``units_a`` and ``units_b`` of extra work, their measured
+    steps interleaved (``compare --interleave steps``; the child's limit twice one attempt's)."""
+    from mlflow_perfgate.workloads import run_interleaved
+
+    return run_interleaved(WORKLOAD, {**conditions, "extra_units": units_a}, {**conditions, "extra_units": units_b},
+                           warmup=args.warmup, steps=args.steps, threads=args.threads, timeout_s=2 * args.timeout,
+                           probe=not args.no_probe, supervised=True, runner=runner)
+
+
 def _interleaved_round(args, runner, conditions: dict, units: Sequence[int], arms: Sequence[str], hood, writer,
                        lab_t0: float, *, seq: int, cycle: int, block: int, condition: str, effect: float,
                        round_: int, latencies: list) -> tuple[int, int]:
     """One round of ``--step-mode steps``: both arms in one supervised child (``compare --interleave
     steps``), the leading arm the round's first (ABBA over rounds), their measured steps interleaved
     A B B A inside it. Two rows, one per arm; ``(seq, failures)``."""
-    from mlflow_perfgate.workloads import run_interleaved
-
     hood.renew()
     hood.check()
     load = loadavg()
     per_arm = {"baseline": units[0], "candidate": units[1]}
     started = time.monotonic()
-    pair = run_interleaved(WORKLOAD, {**conditions, "extra_units": per_arm[arms[0]]},
-                           {**conditions, "extra_units": per_arm[arms[1]]}, warmup=args.warmup, steps=args.steps,
-                           threads=args.threads, timeout_s=2 * args.timeout, probe=not args.no_probe,
-                           supervised=True, runner=runner)
+    pair = shared_pair(args, runner, conditions, per_arm[arms[0]], per_arm[arms[1]])
     ended = time.monotonic()
     failures = 0
     for position, (arm, result) in enumerate(zip(arms, pair)):

@@ -462,8 +462,8 @@ def decisions(experiment, group, suite_name, output_format):
         click.echo("no decisions")
     else:
         columns = ["start_time", "group", "decision", "failed_checks", "reason_text", "objective", "method",
-                   "latency", "changed_variable", "baseline_value", "candidate_value", "baseline_median_ms", "candidate_median_ms",
-                   "observed_improvement", "memory_reduction", "run_id"]
+                   "latency", "changed_variable", "baseline_value", "candidate_value", "baseline_median_ms",
+                   "candidate_median_ms", "observed_improvement", "memory_reduction", "run_id"]
         if suite_name is not None:
             columns[1:1] = ["suite_entry", "suite_decision"]
         shown = frame[columns].assign(failed_checks=frame["failed_checks"].map(lambda names: ", ".join(names) or "-"),
