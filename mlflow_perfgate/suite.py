@@ -62,6 +62,7 @@ from typing import Any, Callable
 
 from . import rules
 from .rules._errors import InputError, PolicyError, RuleTypeError, StoreUnavailable
+from .rules._suite import TAIL_SHARE
 
 __all__ = ["ENTRY_KEYS", "EntrySpec", "SuiteSpec", "evaluate", "load_suite", "parse_suite", "run", "run_entry", "start"]
 
@@ -135,7 +136,7 @@ class SuiteSpec:
     control: str = "holm"
     interleave: str = "rounds"
     source: str = "<suite>"
-    tail_share: float = 0.1
+    tail_share: float = TAIL_SHARE
 
     def settings(self) -> dict:
         """What the suite run logs as params."""
@@ -193,7 +194,7 @@ def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> Sui
     from .rules._suite import CONTROLS, SUITE_SETTINGS
     from .rules._policy import check_settings
 
-    tail_share = head.get("tail_share", 0.1)
+    tail_share = head.get("tail_share", TAIL_SHARE)
     try:
         check_settings(SUITE_SETTINGS, {"alpha": alpha, "tail_share": tail_share}, PolicyError)
     except (PolicyError, RuleTypeError) as exc:  # a value out of range, or no number: name the file

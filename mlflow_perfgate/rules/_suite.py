@@ -116,14 +116,14 @@ __all__ = [
 #: (false-discovery rate, for a report of changes).
 CONTROLS = ("holm", "bh")
 #: The knobs of :func:`suite_gate`.
+#: The default share of each entry's level that its tail test gets (see the module docstring).
+TAIL_SHARE = 0.1
 SUITE_SETTINGS = (
     Setting("alpha", 0.05, "Error rate of the suite's rejects across its entries (family-wise with holm, "
             "false-discovery with bh)", low=0, high=0.3, low_open=True),
-    Setting("tail_share", 0.1, "Share of an entry's part of alpha spent on its tail (P95) test; its main test "
-            "gets the rest", low=0, high=0.5, low_open=True),
+    Setting("tail_share", TAIL_SHARE, "Share of an entry's part of alpha spent on its tail (P95) test; its main "
+            "test gets the rest", low=0, high=0.5, low_open=True),
 )
-#: The default share of each entry's level that its tail test gets (see the module docstring).
-TAIL_SHARE = 0.1
 #: The checks whose failure is a statistical test (and so takes part in the error control).
 STATISTICAL_CHECKS = ("improvement_ok", "no_regression_ok", "p95_ok")
 #: What a suite says beyond the entries' own reasons.
@@ -345,19 +345,9 @@ def adjusted_p_values(p_values: Sequence[float], control: str = "holm",
     m = len(values)
     if m == 0:
         return []
-    if weights is None:
-        weights = [1.0] * m
-    weights = [float(w) for w in weights]
-    if len(weights) != m or any(not math.isfinite(w) or w <= 0 for w in weights):
-        raise InputError(f"weights must be {m} positive numbers, one per p-value, got {weights!r}")
-    scale = m / math.fsum(weights)
-    weights = [w * scale for w in weights]  # mean 1: Holm's ratios are unchanged, BH needs it
-    order = sorted(range(m), key=lambda i: values[i] / weights[i])
+    weights, order, remaining = _weighted_ranks(values, weights)
     adjusted = [0.0] * m
     if control == "holm":
-        remaining = [0.0] * (m + 1)
-        for rank in range(m - 1, -1, -1):
-            remaining[rank] = remaining[rank + 1] + weights[order[rank]]
         running = 0.0
         for rank, index in enumerate(order):
             running = max(running, min(1.0, values[index] * remaining[rank] / weights[index]))
@@ -369,6 +359,23 @@ def adjusted_p_values(p_values: Sequence[float], control: str = "holm",
             running = min(running, min(1.0, m * values[index] / weights[index] / (rank + 1)))
             adjusted[index] = running
     return adjusted
+
+
+def _weighted_ranks(values: Sequence[float], weights: Sequence[float] | None):
+    """``(weights, order, remaining)`` of weighted Holm and BH: the weights checked and scaled to
+    mean 1 (Holm's ratios are unchanged, BH needs it), the tests' order by ``p / w`` (ties keep
+    the order given), and ``remaining[rank]``, the weight of the tests ranked there or later."""
+    m = len(values)
+    weights = [1.0] * m if weights is None else [float(w) for w in weights]
+    if len(weights) != m or any(not math.isfinite(w) or w <= 0 for w in weights):
+        raise InputError(f"weights must be {m} positive numbers, one per p-value, got {weights!r}")
+    scale = m / math.fsum(weights) if m else 1.0
+    weights = [w * scale for w in weights]
+    order = sorted(range(m), key=lambda i: values[i] / weights[i])
+    remaining = [0.0] * (m + 1)
+    for rank in range(m - 1, -1, -1):
+        remaining[rank] = remaining[rank + 1] + weights[order[rank]]
+    return weights, order, remaining
 
 
 def family_weights(evidence: Sequence["EntryEvidence"], tail_share: float) -> list[tuple[int, str, float]]:
@@ -633,18 +640,14 @@ def suite_gate(evidence: Sequence[EntryEvidence], *, alpha: float = 0.05, contro
     weighted = family_weights(evidence, tail_share)
     family = [(position, check) for position, check, _ in weighted]
     m = len(family)
-    weights = [weight * m / math.fsum(w for _, _, w in weighted) for _, _, weight in weighted] if m else []
     raw = [evidence[position].tests[check] for position, check in family]
     stars = [look_adjusted_p(p, evidence[position].look, evidence[position].max_looks, spending=spending)
              for p, (position, check) in zip(raw, family)]
-    holm = adjusted_p_values(stars, "holm", weights)
-    bh = adjusted_p_values(stars, "bh", weights)
+    holm = adjusted_p_values(stars, "holm", [w for _, _, w in weighted])
+    bh = adjusted_p_values(stars, "bh", [w for _, _, w in weighted])
     chosen = holm if control == "holm" else bh
-    order = sorted(range(m), key=lambda i: stars[i] / weights[i])
+    weights, order, remaining = _weighted_ranks(stars, [w for _, _, w in weighted])  # remaining: Holm's W_j
     ranks = {index: rank for rank, index in enumerate(order)}
-    remaining = [0.0] * (m + 1)  # the weight of the tests ranked here or later (Holm's W_j)
-    for rank in range(m - 1, -1, -1):
-        remaining[rank] = remaining[rank + 1] + weights[order[rank]]
     per_entry: dict[int, dict[str, dict]] = {}
     for index, (position, check) in enumerate(family):
         item = evidence[position]
