@@ -318,3 +318,22 @@ def test_a_true_20_percent_slowdown_among_19_identical_entries_is_found_at_n_10(
         other_alarms += any(entry.verdict == "reject" for entry in gate.entries[1:])
     assert found / suites >= 0.85
     assert other_alarms / suites <= 0.05
+
+
+def test_a_paired_entry_without_rounds_says_in_the_suite_report_why_it_was_judged_as_robust():
+    from mlflow_perfgate.tracking._suite import suite_markdown
+
+    policy = Policy(method="paired", mode="non_regression", margin=0.05)
+    base, cand = runs([10, 10.1, 9.9, 10.2, 9.8]), runs([13, 13.1, 12.9, 13.2, 12.8])  # no pairs
+    decision = METHODS["paired"].rule(ArmSummary.from_runs(base), ArmSummary.from_runs(cand), policy,
+                                      OBJECTIVES["latency"])
+    paired = METHODS["paired"].rule(ArmSummary.from_runs(runs([10, 10.1, 9.9, 10.2, 9.8], pairs=True)),
+                                    ArmSummary.from_runs(runs([13, 13.1, 12.9, 13.2, 12.8], pairs=True)), policy,
+                                    OBJECTIVES["latency"])
+    gate = suite_gate([entry_evidence("unpaired", decision), entry_evidence("paired", paired)])
+    summary = {"suite": "s", **{k: v for k, v in gate.to_dict().items() if k != "entries"},
+               "entries": [{**entry.to_dict(), "group": entry.name} for entry in gate.entries]}
+    rows = {line.split(" | ")[0].strip("| "): line for line in suite_markdown(summary).splitlines()
+            if line.startswith("| ") and "`" in line}
+    assert "latency, robust, non_regression (no ABBA rounds recorded: judged by the robust method)" in rows["unpaired"]
+    assert "latency, paired, non_regression |" in rows["paired"] and "judged by the robust" not in rows["paired"]

@@ -571,6 +571,8 @@ def entry_evidence(name: str, decision: Decision | Mapping[str, Any], *, baselin
                           "'paired')")
     main = "improvement_ok" if mode == "improvement" else "no_regression_ok"
     shown = {key: figures.get(key) for key in ("ratio_estimate", "ratio_ci_low", "ratio_ci_high")}
+    if figures.get("paired_fallback"):
+        shown["paired_fallback"] = figures["paired_fallback"]  # why a paired entry was judged as robust
     if "required_improvement" not in figures or verdict == "blocked_by_correctness":
         return EntryEvidence(name, verdict, reason, tuple(failed), {main: 1.0, "p95_ok": 1.0}, **labels,
                              figures=shown)

@@ -328,6 +328,8 @@ def suite_markdown(summary: dict) -> str:
         if entry.get("look") is not None:
             how += f", look {entry['look']}/{entry['max_looks']}"
         figures = entry.get("figures") or {}
+        if figures.get("paired_fallback"):
+            how += f" ({figures['paired_fallback']})"
         boundary = figures.get("boundary")
         row = [entry["name"], f"`{entry['group']}`", how, entry["own_verdict"], f"**{entry['verdict']}**",
                _interval(figures), "" if boundary is None else f"{boundary:.3f}"]
