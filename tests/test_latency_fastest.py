@@ -49,6 +49,16 @@ def test_fastest_judges_the_fastest_steps_where_the_medians_are_blurred():
     assert rules.summarize_repeated_runs(BASE)["median_ms"] == 104
 
 
+@pytest.mark.parametrize("mode", ["improvement", "non_regression"])
+def test_the_seed_method_s_message_names_the_fastest_step_it_compared(mode):
+    fast = rules.decide(BASE, CAND, method="seed", mode=mode, latency="fastest")
+    main = "improvement_ok" if mode == "improvement" else "no_regression_ok"
+    assert "median fastest step 88 ms against baseline 98 ms" in fast["messages"][main]
+    raw = rules.decide(BASE, CAND, method="seed", mode=mode)
+    assert ": median 150 ms against baseline 104 ms" in raw["messages"][main]
+    assert "fastest" not in raw["messages"][main]
+
+
 def test_an_attempt_without_its_fastest_step_is_an_error_never_a_mixed_figure():
     with pytest.raises(MissingField, match=r"1 of 5 successful runs lack 'fastest_step_ms'"):
         ArmSummary.from_runs(runs([90] * 5, [88, 89, None, 87, 88]), latency_key="fastest_step_ms")

@@ -39,7 +39,7 @@ def explain_checks(result: dict, quality_tolerance: float | None = None) -> dict
     """
     if "failure_rate_ok" not in result:
         return {}
-    from ._regression import _improvement_text, _no_regression_text
+    from ._regression import _improvement_text, _no_regression_text, latency_words
 
     b, c = result["baseline"], result["candidate"]
     messages = common_messages(result, quality_tolerance)
@@ -50,5 +50,6 @@ def explain_checks(result: dict, quality_tolerance: float | None = None) -> dict
     text = _no_regression_text if name == "no_regression_ok" else _improvement_text
     messages[name] = f"{STATUS_WORDS[result[name]]}: " + text(
         {"candidate": c["median_ms"], "baseline": b["median_ms"], "observed": result["observed_improvement"],
-         "required": result["required_improvement"], "noise": result["baseline_noise"]})
+         "required": result["required_improvement"], "noise": result["baseline_noise"]},
+        latency_words(b.get("latency_key", "latency_ms")))
     return messages

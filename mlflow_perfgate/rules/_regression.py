@@ -12,7 +12,7 @@ from typing import Iterable
 from ._checks import decided, failure_notes, failure_rate_check, precondition, quality_check, tail_check
 from ._errors import RuleTypeError, check_finite, typed_inputs
 from ._policy import DEFAULT_THRESHOLDS, SPEC_THRESHOLDS, Policy, check_settings
-from ._records import ArmSummary, Check, Decision, ms, pct
+from ._records import FASTEST_KEY, ArmSummary, Check, Decision, ms, pct
 from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._stats import nearest_rank
 
@@ -102,24 +102,33 @@ def latency_checks(b: ArmSummary, c: ArmSummary, policy: Policy) -> tuple[list[C
         required = max(policy.min_improvement, noise)
         figures = {"candidate": c.median_ms, "baseline": b.median_ms, "observed": observed,
                    "required": required, "noise": noise}
-        main = Check.build("improvement_ok", observed >= required, figures, _improvement_text)
+        main = Check.build("improvement_ok", observed >= required, figures,
+                           lambda f: _improvement_text(f, latency_words(b.latency_key)))
     else:
         required = -max(policy.margin, noise)
         figures = {"candidate": c.median_ms, "baseline": b.median_ms, "observed": observed,
                    "required": required, "noise": noise, "margin": policy.margin}
-        main = Check.build("no_regression_ok", observed >= required, figures, _no_regression_text)
+        main = Check.build("no_regression_ok", observed >= required, figures,
+                           lambda f: _no_regression_text(f, latency_words(b.latency_key)))
     return [tail, main], {"baseline_noise": noise, "required_improvement": required,
                           "observed_improvement": observed, "p95_ratio": tail.figures["ratio"]}
 
 
-def _improvement_text(f) -> str:
-    return (f"median {ms(f['candidate'])} against baseline {ms(f['baseline'])} is an improvement of "
+def latency_words(latency_key: str) -> str:
+    """How the seed method's messages name the figure they compare: ``"median"`` (of ``latency_ms``),
+    ``"median uncontended latency"`` or ``"median fastest step"``, by the arms' ``latency_key``."""
+    return {"uncontended_latency_ms": "median uncontended latency", FASTEST_KEY: "median fastest step"}.get(
+        latency_key, "median")
+
+
+def _improvement_text(f, what: str = "median") -> str:
+    return (f"{what} {ms(f['candidate'])} against baseline {ms(f['baseline'])} is an improvement of "
             f"{pct(f['observed'])}; required {pct(f['required'])} (the larger of min_improvement and "
             f"baseline noise {pct(f['noise'])})")
 
 
-def _no_regression_text(f) -> str:
-    return (f"median {ms(f['candidate'])} against baseline {ms(f['baseline'])} is an improvement of "
+def _no_regression_text(f, what: str = "median") -> str:
+    return (f"{what} {ms(f['candidate'])} against baseline {ms(f['baseline'])} is an improvement of "
             f"{pct(f['observed'])}; the least allowed is {pct(f['required'])} (minus the larger of margin "
             f"and baseline noise {pct(f['noise'])})")
 
