@@ -269,6 +269,8 @@ def test_a_twin_created_earlier_but_claiming_later_adopts_the_first_claim(sqlite
     late = client.create_run(experiment, start_time=2000).info.run_id
     assert _claim(client, views, "k1", late) == late
     assert _claim(client, views, "k1", early) == late  # the earlier run loses: the claim was there first
+    lost = client.get_run(early).info
+    assert (lost.lifecycle_stage, lost.status) == ("deleted", "KILLED")  # not a deleted run left RUNNING
     assert _claim(client, views, "k1", late) == late  # a retried claim of the winner is its own
     newest = max(views, key=lambda v: (v.start_time, v.run_id)).run_id
     assert client.get_run(newest).data.params["perfgate.decision_claim"] == f"k1:{late}"

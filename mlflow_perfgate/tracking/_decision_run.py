@@ -228,13 +228,21 @@ def claim(mlflow_client, anchors: list[str], key: str, run_id: str, name: str) -
     try:
         winner = _walk(mlflow_client, anchors, key, run_id, name)
     except BaseException:
-        with contextlib.suppress(Exception):
-            mlflow_client.delete_run(run_id)
+        discard(mlflow_client, run_id)
         raise
     if winner != run_id:
-        with contextlib.suppress(Exception):
-            mlflow_client.delete_run(run_id)
+        discard(mlflow_client, run_id)
     return winner
+
+
+def discard(mlflow_client, run_id: str) -> None:
+    """Delete a run this evaluator made and will not write, ended KILLED first (MLflow cannot end a
+    deleted run, and a deleted run left RUNNING reads as one still being written). Best effort:
+    a run that cannot be ended or deleted now stays for the next evaluation to pass."""
+    with contextlib.suppress(Exception):
+        mlflow_client.set_terminated(run_id, "KILLED")
+    with contextlib.suppress(Exception):
+        mlflow_client.delete_run(run_id)
 
 
 def _walk(mlflow_client, anchors: list[str], key: str, run_id: str, name: str) -> str:

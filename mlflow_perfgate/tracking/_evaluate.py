@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from .. import rules
 from ..rules._errors import InputError
 from . import _client, _journal, _report, _views
-from ._decision_run import decision_key, decision_target, reparent, wait_for, write_decision
+from ._decision_run import decision_key, decision_target, discard, reparent, wait_for, write_decision
 from ._environment import ENV_MISMATCH_MODES
 from ._group import AttemptView, group_filter, load, load_group
 from ._judge import judge_views, objective_metrics
@@ -160,8 +159,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         result["report"] = write_decision(mlflow_client, decision_run_id, result)
     except BaseException:
         if role == "write_new":
-            with contextlib.suppress(Exception):  # no half-written decision run stays listed
-                mlflow_client.delete_run(decision_run_id)
+            discard(mlflow_client, decision_run_id)  # no half-written decision run stays listed
         raise
     if role == "write_new":
         reparent(mlflow_client, views, decision_run_id)
