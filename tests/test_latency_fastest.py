@@ -80,6 +80,12 @@ def test_log_attempt_writes_the_fastest_step_from_the_step_times(sqlite_uri):
                        metrics={"fastest_step_ms": 10.0})
     with pytest.raises(InputError, match="must be"):
         pg.log_attempt("fast", "baseline", CONDITIONS, latency_ms=12.0, quality=0.9, metrics={"fastest_step_ms": -1})
+    # a latency outside its own steps' range is no statistic of them (seconds logged as ms, another attempt's)
+    for latency, steps in ((0.012, [12.0, 11.0]), (30.0, [12.0, 11.0])):
+        with pytest.raises(InputError, match=r"latency_ms .* lies outside its step times \(11.0 to 12.0 ms\)"):
+            pg.log_attempt("fast", "baseline", CONDITIONS, latency_ms=latency, quality=0.9, step_times_ms=steps)
+    for latency in (11.0, 11.5, 12.0):  # the fastest, a mean, the slowest: each is inside
+        pg.log_attempt("fast", "baseline", CONDITIONS, latency_ms=latency, quality=0.9, step_times_ms=[12.0, 11.0])
     for bad in (5.0, "12,11", {12.0: "a"}, {12.0, 11.0}):  # not a sequence of steps in order
         with pytest.raises(InputError, match="step_times_ms must be a sequence"):
             pg.log_attempt("fast", "baseline", CONDITIONS, latency_ms=12.0, quality=0.9, step_times_ms=bad)

@@ -224,7 +224,12 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
                              f"{type(step_times_ms).__name__}")
         result.step_times_ms = [_real(v, "step_times_ms", positive=True) for v in step_times_ms]
     if ok and result.step_times_ms:  # what latency="fastest" judges, from the steps themselves
-        fastest = min(result.step_times_ms)
+        fastest, slowest = min(result.step_times_ms), max(result.step_times_ms)
+        latency = result.metrics[METRIC.LATENCY]
+        if not fastest * (1 - 1e-9) <= latency <= slowest * (1 + 1e-9):
+            raise InputError(f"latency_ms {latency!r} lies outside its step times ({fastest!r} to {slowest!r} ms): "
+                             "latency_ms is the attempt's typical measured step (the harness logs the median of "
+                             "step_times_ms); check that both are in ms and come from the same attempt")
         given = result.metrics.get(METRIC.FASTEST_STEP)
         if given is not None and given != fastest:
             raise InputError(f"metric {METRIC.FASTEST_STEP!r} is the fastest of step_times_ms ({fastest!r}), "
