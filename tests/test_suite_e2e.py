@@ -60,8 +60,9 @@ method = "paired"
     assert code == 0, out + err
     assert "## Suite recorded: ACCEPT" in out and "suite decision: ACCEPT (exit code 0)" in out
     assert "| faster | `g-faster` | latency, robust, non_regression | accept | **accept** |" in out
-    # the paired method without ABBA rounds is judged, and shown, as robust
-    assert "| same | `g-same` | latency, robust, non_regression | accept | **accept** |" in out
+    # the paired method without ABBA rounds is judged, and shown, as robust, saying why
+    assert ("| same | `g-same` | latency, robust, non_regression (no ABBA rounds recorded: judged by the robust "
+            "method) | accept | **accept** |") in out
     runs = pg.tracking.suite_decisions(experiment_name=EXPERIMENT, name="recorded")
     assert len(runs) == 1 and runs.iloc[0]["decision"] == "accept" and runs.iloc[0]["entries_accept"] == 2
     suite_run = runs.iloc[0]["run_id"]
@@ -83,6 +84,10 @@ method = "paired"
     assert code == 0 and "Benjamini-Hochberg" in out and "the tail test 10% of the entry's share" in out
     assert len(pg.tracking.suite_decisions(experiment_name=EXPERIMENT)) == 2
     assert client.get_run(suite_run).data.params["perfgate.tail_share"] == "0.1"
+    # each entry's decision run names, in its tags and as its parent, the same suite run: the newest to judge it
+    for run_id in rows["run_id"]:
+        tags = client.get_run(run_id).data.tags
+        assert tags["perfgate.suite_run"] == tags["mlflow.parentRunId"]
 
 
 def test_a_suite_file_is_checked_before_anything_is_read(sqlite_uri, tmp_path, capsys):
