@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -352,7 +353,7 @@ def compare(
         raise InputError(f"max_attempts must be an integer >= attempts ({attempts}), got {max_attempts!r}")
     objective = objective or "latency"
     policy_options = {k: v for k, v in evaluate_kwargs.items() if k != "env_mismatch"}
-    rules.Policy(objective=objective, **policy_options)  # every option checked before anything runs
+    policy = rules.Policy(objective=objective, **policy_options)  # every option checked before anything runs
     base = _base_conditions(workload, conditions, attempts)
     if isinstance(change, dict) and len(change) == 1:  # why steps cannot share a process, before the fixed keys
         _check_interleave(interleave, str(next(iter(change))), base, objective, supervised, runner)
@@ -383,6 +384,9 @@ def compare(
                 f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
                 "comparison's attempts to them, or choose another --group")
         planned = keep_planned_repeats(held, base, candidate) if resume else None
+        too_few = None if held["attempts"] else too_few_to_decide(policy, max_attempts if until_decisive else attempts)
+        if too_few and progress:
+            print(f"warning: {too_few}", file=sys.stderr)
         if planned is not None:
             if progress:
                 print(f"resuming group {group!r}: its attempts carry repeats={planned} (the comparison's planned "
@@ -573,6 +577,32 @@ def candidate_change_and_reason(synthesis: dict, baseline: dict) -> tuple[dict |
         return None, (f"{hotspot} hotspot, but bf16 would be slower here ({why}); "
                       "look at the profile's top operators, or compare on hardware with native bf16")
     return None, "no strong signal: collect more evidence"
+
+
+def too_few_to_decide(policy, attempts: int) -> str | None:
+    """Why a statistical method can only answer ``rerun`` with ``attempts`` per arm at its level, or None.
+
+    The exact tests have a smallest p-value: the paired method's signed-rank test ``2^-n`` over
+    ``n`` complete rounds (:func:`rules._stats.min_pairs_signed_rank`), the robust method's
+    Mann-Whitney test ``1 / C(2n, n)`` (:func:`rules._stats.min_attempts_mann_whitney`). A
+    comparison planned below that floor is still run (to check a pipeline, say), with this said
+    first.
+    """
+    from .rules._stats import min_attempts_mann_whitney, min_pairs_signed_rank
+
+    if policy.method not in ("robust", "paired"):  # the seed method has no test, so no floor
+        return None
+    if policy.method == "paired":
+        need, smallest = min_pairs_signed_rank(policy.alpha), f"1/{2 ** attempts}"
+        test = f"its signed-rank test needs at least {need} complete ABBA rounds"
+    else:
+        need, smallest = min_attempts_mann_whitney(policy.alpha), f"1/{math.comb(2 * attempts, attempts)}"
+        test = f"its Mann-Whitney test needs at least {need} attempts per arm"
+    if attempts >= need:
+        return None
+    return (f"the {policy.method} method cannot decide with {attempts} attempt{'' if attempts == 1 else 's'} per arm: "
+            f"at alpha = {policy.alpha:g} {test} ({attempts} give a smallest p-value of {smallest}), so this "
+            f"comparison can only answer rerun; pass --attempts {need} or more (attempts={need})")
 
 
 def compare_command(workload: str, plan: dict, attempts: int, experiment_name: str | None,

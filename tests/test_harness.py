@@ -220,6 +220,28 @@ def test_compare_interleave_steps_pairs_one_attempt_per_arm_per_child(sqlite_uri
                                                                   1: ["baseline", "candidate"]}
 
 
+def test_compare_says_first_when_its_method_cannot_decide_with_so_few_attempts(sqlite_uri, capsys):
+    result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=True,
+                     supervised=False, min_valid_runs=2, interleave="steps", method="paired")
+    err = capsys.readouterr().err
+    assert ("warning: the paired method cannot decide with 2 attempts per arm: at alpha = 0.02 its signed-rank test "
+            "needs at least 6 complete ABBA rounds (2 give a smallest p-value of 1/4), so this comparison can only "
+            "answer rerun; pass --attempts 6 or more (attempts=6)") in err
+    assert result["decision"] == "rerun" and result["recommended_attempts"] >= 6
+
+
+def test_too_few_to_decide_knows_each_exact_test_s_floor():
+    from mlflow_perfgate.harness import too_few_to_decide
+
+    assert "Mann-Whitney test needs at least 4 attempts per arm (3 give a smallest p-value of 1/20)" in \
+        too_few_to_decide(pg.rules.Policy(method="robust"), 3)
+    assert too_few_to_decide(pg.rules.Policy(method="robust"), 4) is None
+    assert "(5 give a smallest p-value of 1/32)" in too_few_to_decide(pg.rules.Policy(method="paired"), 5)
+    assert too_few_to_decide(pg.rules.Policy(method="paired"), 6) is None
+    assert "at least 7 complete" in too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.01), 6)
+    assert too_few_to_decide(pg.rules.Policy(method="seed"), 1) is None  # no test, no floor
+
+
 def test_compare_interleave_steps_a_failing_arm_and_in_process(sqlite_uri):
     result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 1}, attempts=1, progress=False,
                      supervised=False, min_valid_runs=1, interleave="steps")
