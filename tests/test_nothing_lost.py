@@ -559,3 +559,25 @@ def test_a_dead_or_silent_server_is_asked_once(proxied, capsys, mode):
     assert code == 2 and "kept in the journal" in err
     # one probe each, not MLflow's three tries of 15 s
     assert proxied.connections - accepted <= 1 and accepted <= 1
+
+
+@pytest.mark.parametrize("failed_first", [False, True])
+def test_a_reused_attempt_id_never_drops_the_failure_and_says_so(sqlite_uri, failed_first):
+    # found by a hostile run: two outcomes under one attempt_id were taken for a retried write and
+    # the first one written counted, so an ok line before a failed one turned a reject into an accept
+    group = f"reused-{failed_first}"
+    log_series(group, BASELINE_MS, CANDIDATE_MS[:-1])
+    outcomes = [dict(latency_ms=CANDIDATE_MS[-1], quality=0.895), dict(ok=False, failure="crashed: segfault")]
+    for outcome in (outcomes[::-1] if failed_first else outcomes):
+        pg.log_attempt(group, "candidate", CANDIDATE, attempt_id="c-dup", **outcome)
+    result = pg.evaluate_group(group)
+    assert result["candidate"]["failed_runs"] == 1 and result["candidate"]["attempted_runs"] == len(CANDIDATE_MS)
+    assert result["decision"] != "accept"  # 4 valid runs of 5: never the accept the dropped failure gave
+    conflict = [w for w in result["warnings"] if "attempt_id 'c-dup' is held by 2 runs whose outcomes differ" in w]
+    assert len(conflict) == 1 and "counts (candidate, failed: crashed: segfault)" in conflict[0]
+    # a retried write (the same outcome twice) is still one attempt, with no such note
+    pg.log_attempt(group, "baseline", CONDITIONS, attempt_id="b-again", latency_ms=100.0, quality=0.9)
+    pg.log_attempt(group, "baseline", CONDITIONS, attempt_id="b-again", latency_ms=100.0, quality=0.9)
+    again = pg.evaluate_group(group)
+    assert again["baseline"]["attempted_runs"] == len(BASELINE_MS) + 1
+    assert not [w for w in again["warnings"] if "b-again" in w]

@@ -109,7 +109,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     if not found.attempts:
         raise InputError(f"no attempts of group {group!r} in experiment {experiment_id}")
     views = found.attempts + _missing_since(found, mlflow_client)
-    notes = _set_aside(views)
+    notes = found.conflicts + _set_aside(views)
     parent = _common_parent(views, mlflow_client, group, notes)
     if not objective_given and parent is not None and parent.data.tags.get(TAG.OBJECTIVE):
         policy = policy.replace(objective=parent.data.tags[TAG.OBJECTIVE])

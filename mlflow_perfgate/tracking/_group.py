@@ -204,11 +204,14 @@ class Group:
         duplicates: run ids dropped as duplicates of a retried write.
         decisions: the group's decision runs, and its comparison runs that carry a decision,
             newest first (MLflow ``Run`` objects).
+        conflicts: a note for each attempt_id whose runs disagree on the outcome (no retried
+            write, a reused id): the failed run counts, the others are dropped as duplicates.
     """
 
     attempts: list[AttemptView]
     duplicates: list[str]
     decisions: list
+    conflicts: list[str] = field(default_factory=list)
 
 
 def load(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float) -> Group:
@@ -229,13 +232,36 @@ def load(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float)
     by_attempt: dict[str, list[AttemptView]] = {}
     for view in views:
         by_attempt.setdefault(view.attempt_id, []).append(view)
-    kept, duplicates = [], []
-    for same in by_attempt.values():
+    kept, duplicates, conflicts = [], [], []
+    for attempt_id, same in by_attempt.items():
         same.sort(key=_preference)
+        done = [v for v in same if v.state in ("ok", "failed", "excluded")]
+        if len({_outcome(v) for v in done}) > 1:
+            # not a retried write (that repeats its outcome): a reused attempt_id. The failure
+            # counts, so that no failed attempt drops out of the denominator, and the note says so.
+            chosen = next((v for v in done if v.state != "ok"), done[0])
+            same.remove(chosen)
+            same.insert(0, chosen)
+            conflicts.append(
+                f"attempt_id {attempt_id!r} is held by {len(same)} runs whose outcomes differ ("
+                + "; ".join(f"run {v.run_id}: {_describe(v)}" for v in done)
+                + f"): run {chosen.run_id} counts ({_describe(chosen)}); a retried write repeats its outcome, so "
+                  "check how these attempts were recorded (one attempt_id per attempt)")
         kept.append(same[0])
         duplicates.extend(v.run_id for v in same[1:])
     kept.sort(key=lambda v: (v.start_time, v.run_id))
-    return Group(kept, duplicates, decisions)
+    return Group(kept, duplicates, decisions, conflicts)
+
+
+def _outcome(view: AttemptView) -> tuple:
+    """What a retried write of one attempt repeats exactly."""
+    return (view.arm, view.state, view.latency_ms, view.quality, view.failure)
+
+
+def _describe(view: AttemptView) -> str:
+    if view.state == "ok":
+        return f"{view.arm}, ok, latency {view.latency_ms:.4g} ms"
+    return f"{view.arm}, {view.state}: {view.failure}"
 
 
 def load_group(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float) -> tuple[list[AttemptView], list[str]]:
