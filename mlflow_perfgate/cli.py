@@ -335,7 +335,8 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
                 conditions={**defaults["conditions"], **item.get("set", {})},
                 latency_ms=item.get("latency_ms"), quality=item.get("quality"), failure=item.get("failure") or None,
                 validity=_validity(validity, where) if isinstance(validity, str) else validity,
-                metrics=item.get("metrics") or None, environment=item.get("env") or None,
+                metrics=item.get("metrics") or None,
+                environment={**defaults.get("environment", {}), **item.get("env", {})} or None,
                 attempt_id=item.get("attempt_id"), parent_run_id=item.get("parent_run_id", defaults["parent_run_id"]),
                 experiment_name=item.get("experiment", defaults["experiment"]),
                 commit_time=_commit_time(item.get("commit_time", defaults["commit_time"]), where),
@@ -343,6 +344,15 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
             ))
     if not attempts:
         raise click.BadParameter(f"{source!r} holds no attempt", param_hint="--from-jsonl")
+    first: dict[str, str] = {}
+    for attempt in attempts:  # an attempt_id names one attempt: a second line with it is another outcome
+        if attempt["attempt_id"] is not None:
+            key = str(attempt["attempt_id"])
+            if key in first:
+                raise click.BadParameter(f"attempt_id {key!r} is given on {first[key]} already: an attempt_id names "
+                                         "one attempt (a retried write of it counts once), so two lines with one "
+                                         "id would count only one of their outcomes", param_hint=attempt["where"])
+            first[key] = attempt["where"].removeprefix("--from-jsonl ")
     return attempts
 
 
@@ -391,7 +401,8 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
             raise click.UsageError(f"--from-jsonl takes each attempt's outcome from its line; drop {', '.join(given)}")
         attempts = _jsonl_attempts(from_jsonl, {"group": group, "arm": arm, "conditions": parsed,
                                                 "parent_run_id": parent_run_id, "experiment": experiment,
-                                                "commit_time": commit_time, "allow_empty": allow_empty})
+                                                "commit_time": commit_time, "allow_empty": allow_empty,
+                                                "environment": parse_assignments(environment, "--env")})
     else:
         for name, value in (("--group", group), ("--arm", arm)):
             if value is None:
@@ -408,7 +419,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
     from mlflow_perfgate.errors import InputError
     from mlflow_perfgate.tracking._inputs import check_attempt
 
-    checked = []
+    checked, groups = [], [item["group"] for item in attempts]
     for item in attempts:  # every attempt checked before mlflow is imported, and before anything is written
         where = item.pop("where")
         try:
@@ -416,8 +427,9 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
                                          ok=item["failure"] is None, **item))
         except InputError as exc:
             raise InputError(f"{where}: {exc}" if where else str(exc)) from None
-    from mlflow_perfgate.tracking import log_checked
+    from mlflow_perfgate.tracking import check_parent_runs, log_checked
 
+    check_parent_runs((item["parent_run_id"], group) for item, group in zip(attempts, groups) if item["parent_run_id"])
     for attempt in checked:
         click.echo(log_checked(attempt))
 

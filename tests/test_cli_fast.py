@@ -103,6 +103,16 @@ def test_record_from_jsonl_logs_every_line_in_one_call(sqlite_uri, tmp_path, cap
     (json.dumps({"arm": "candidate", "latency_ms": -1, "quality": 1}), "--from-jsonl line 2: latency_ms must be > 0"),
     (json.dumps({"arm": "sideways", "latency_ms": 1, "quality": 1}), "--from-jsonl line 2: arm must be one of"),
     (json.dumps({"arm": "candidate", "latncy_ms": 1}), "unknown fields ['latncy_ms']"),
+    # found by a hostile run: the parent was checked only when its line was written, after the others
+    (json.dumps({"arm": "baseline", "latency_ms": 100, "quality": 0.9, "parent_run_id": "0123456789abcdef" * 2}),
+     "parent run '0123456789abcdef0123456789abcdef' does not exist in this tracking store"),
+    (json.dumps({"arm": "baseline", "latency_ms": 100, "quality": 0.9, "metrics": {"fastest_step_ms": 300}}),
+     "--from-jsonl line 2: metric 'fastest_step_ms' (300.0) is above latency_ms (100.0)"),
+    (json.dumps({"arm": "baseline", "latency_ms": 0.1, "quality": 0.9, "step_times_ms": [100, 101]}),
+     "--from-jsonl line 2: latency_ms 0.1 lies outside its step times"),
+    (json.dumps({"arm": "baseline", "latency_ms": 100, "quality": 0.9, "attempt_id": "a1"}) + "\n"
+     + json.dumps({"arm": "baseline", "failure": "segfault", "attempt_id": "a1"}),
+     "--from-jsonl line 3: attempt_id 'a1' is given on line 2 already"),
 ])
 def test_one_bad_line_writes_nothing(sqlite_uri, tmp_path, capsys, bad_line, needle):
     from mlflow_perfgate.cli import main
@@ -116,6 +126,21 @@ def test_one_bad_line_writes_nothing(sqlite_uri, tmp_path, capsys, bad_line, nee
     err = capsys.readouterr().err
     assert info.value.code == 2 and needle in err and "Traceback" not in err
     assert MlflowClient().get_experiment_by_name("lines-bad") is None  # nothing written, not even the experiment
+
+
+def test_from_jsonl_takes_env_as_every_line_s_default(sqlite_uri, tmp_path, capsys):
+    from mlflow_perfgate.cli import main
+
+    path = tmp_path / "env.jsonl"
+    path.write_text(_lines({"arm": "baseline", "latency_ms": 1, "quality": 1},
+                           {"arm": "baseline", "latency_ms": 1, "quality": 1, "env": {"host": "node-8"}}))
+    with pytest.raises(SystemExit) as info:
+        main(["record", "--group", "env", "--set", "model=m", "--env", "host=node-7", "--env", "torch_threads=2",
+              "--from-jsonl", str(path)])
+    assert info.value.code == 0
+    tags = [MlflowClient().get_run(run_id).data.tags for run_id in capsys.readouterr().out.split()]
+    assert [t["perfgate.env.host"] for t in tags] == ["node-7", "node-8"]  # the line's own key wins
+    assert {t["perfgate.env.torch_threads"] for t in tags} == {"2"}
 
 
 def test_record_from_stdin(sqlite_uri, tmp_path):

@@ -34,6 +34,7 @@ _EXPORTS = {
     "start_attempt": "_attempts",
     "log_attempt": "_attempts",
     "log_checked": "_attempts",
+    "check_parent_runs": "_attempts",
     "log_diagnosis": "_runs",
     "log_failed_diagnosis": "_runs",
     "parse_duration": "_maintenance",

@@ -222,6 +222,22 @@ def _check_parent(mlflow_client, parent_run_id: str, group: str) -> None:
                          "nest the attempt under its own group's comparison run")
 
 
+def check_parent_runs(parents) -> None:
+    """Each ``(parent_run_id, group)`` checked as :func:`write_payload` will check it, before any
+    attempt of a batch is written (``record --from-jsonl``: one bad parent, nothing written).
+    A store that cannot be reached now is no answer: the writes will journal as usual."""
+    mlflow_client = _client.client(probe=False)
+    for parent_run_id, group in dict.fromkeys(parents):
+        try:
+            _check_parent(mlflow_client, parent_run_id, group)
+        except InputError:
+            raise
+        except Exception as exc:
+            if _client.is_unreachable(exc):
+                return
+            raise
+
+
 def write_payload(mlflow_client, payload: dict, run_id: str | None = None) -> str:
     """Write one checked attempt: create the run with its tags (unless ``run_id``, a run created
     when the attempt started), one ``log_batch`` of params, metrics and the outcome, terminate."""

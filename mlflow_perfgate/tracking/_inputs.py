@@ -235,6 +235,11 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
             raise InputError(f"metric {METRIC.FASTEST_STEP!r} is the fastest of step_times_ms ({fastest!r}), "
                              f"got {given!r}; leave it out, it is written from the step times")
         result.metrics[METRIC.FASTEST_STEP] = fastest
+    fastest = result.metrics.get(METRIC.FASTEST_STEP)
+    if ok and fastest is not None and fastest > result.metrics[METRIC.LATENCY] * (1 + 1e-9):
+        raise InputError(f"metric {METRIC.FASTEST_STEP!r} ({fastest!r}) is above latency_ms "
+                         f"({result.metrics[METRIC.LATENCY]!r}): an attempt's fastest measured step cannot be slower "
+                         "than its typical one; give step_times_ms and it is written from them")
     result.tags.update(_validity_tags(validity))
     if tags is not None and not isinstance(tags, dict):
         raise InputError(f"tags must be a dict, got {type(tags).__name__}")
