@@ -385,7 +385,7 @@ def compare(
                 "comparison's attempts to them, or choose another --group")
         planned = keep_planned_repeats(held, base, candidate) if resume else None
         too_few = None if held["attempts"] else too_few_to_decide(policy, max_attempts if until_decisive else attempts)
-        if too_few and progress:
+        if too_few:  # a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
         if planned is not None:
             if progress:
@@ -580,29 +580,41 @@ def candidate_change_and_reason(synthesis: dict, baseline: dict) -> tuple[dict |
 
 
 def too_few_to_decide(policy, attempts: int) -> str | None:
-    """Why a statistical method can only answer ``rerun`` with ``attempts`` per arm at its level, or None.
+    """Why a statistical method can never accept with ``attempts`` per arm at its levels, or None.
 
-    The exact tests have a smallest p-value: the paired method's signed-rank test ``2^-n`` over
-    ``n`` complete rounds (:func:`rules._stats.min_pairs_signed_rank`), the robust method's
-    Mann-Whitney test ``1 / C(2n, n)`` (:func:`rules._stats.min_attempts_mann_whitney`). A
-    comparison planned below that floor is still run (to check a pipeline, say), with this said
-    first.
+    The exact tests and intervals have a floor. In ``improvement`` mode an accept needs the
+    one-sided test below ``alpha``, and its smallest p-value is the paired method's ``2^-n``
+    over ``n`` complete rounds (:func:`rules._stats.min_pairs_signed_rank`: 6 at 0.02) or the
+    robust method's ``1 / C(2n, n)`` (:func:`rules._stats.min_attempts_mann_whitney`: 4). In
+    ``non_regression`` mode an accept needs the interval's upper bound, which exists from the
+    size at which :func:`rules._stats.signed_rank_interval_rank` (or ``interval_rank``) is at
+    least 1 at ``confidence`` (5 rounds, 3 per arm at 90%). Below the floor a comparison can
+    still reject (an interval that rules the change out, the tail test) or ask for a rerun; it
+    is run all the same (to check a pipeline, say), with this said first.
     """
-    from .rules._stats import min_attempts_mann_whitney, min_pairs_signed_rank
+    from .rules._stats import (interval_rank, min_attempts_mann_whitney, min_pairs_signed_rank,
+                               signed_rank_interval_rank)
 
     if policy.method not in ("robust", "paired"):  # the seed method has no test, so no floor
         return None
-    if policy.method == "paired":
-        need, smallest = min_pairs_signed_rank(policy.alpha), f"1/{2 ** attempts}"
-        test = f"its signed-rank test needs at least {need} complete ABBA rounds"
+    paired = policy.method == "paired"
+    unit = "complete ABBA rounds" if paired else "attempts per arm"
+    if policy.mode == "improvement":
+        need = min_pairs_signed_rank(policy.alpha) if paired else min_attempts_mann_whitney(policy.alpha)
+        smallest = f"1/{2 ** attempts}" if paired else f"1/{math.comb(2 * attempts, attempts)}"
+        why = (f"at alpha = {policy.alpha:g} its {'signed-rank' if paired else 'Mann-Whitney'} test needs at least "
+               f"{need} {unit} ({attempts} give a smallest p-value of {smallest})")
     else:
-        need, smallest = min_attempts_mann_whitney(policy.alpha), f"1/{math.comb(2 * attempts, attempts)}"
-        test = f"its Mann-Whitney test needs at least {need} attempts per arm"
+        need = 1
+        while need < 1000 and (signed_rank_interval_rank(need, policy.confidence) if paired
+                               else interval_rank(need, need, policy.confidence)) < 1:
+            need += 1
+        why = f"its {policy.confidence:.0%} interval has an upper bound only from {need} {unit}"
     if attempts >= need:
         return None
-    return (f"the {policy.method} method cannot decide with {attempts} attempt{'' if attempts == 1 else 's'} per arm: "
-            f"at alpha = {policy.alpha:g} {test} ({attempts} give a smallest p-value of {smallest}), so this "
-            f"comparison can only answer rerun; pass --attempts {need} or more (attempts={need})")
+    return (f"the {policy.method} method cannot accept with {attempts} attempt{'' if attempts == 1 else 's'} per arm: "
+            f"{why}, so this comparison can answer reject or rerun, never accept; pass --attempts {need} or more "
+            f"(attempts={need})")
 
 
 def compare_command(workload: str, plan: dict, attempts: int, experiment_name: str | None,

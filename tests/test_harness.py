@@ -221,12 +221,12 @@ def test_compare_interleave_steps_pairs_one_attempt_per_arm_per_child(sqlite_uri
 
 
 def test_compare_says_first_when_its_method_cannot_decide_with_so_few_attempts(sqlite_uri, capsys):
-    result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=True,
+    result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False,
                      supervised=False, min_valid_runs=2, interleave="steps", method="paired")
-    err = capsys.readouterr().err
-    assert ("warning: the paired method cannot decide with 2 attempts per arm: at alpha = 0.02 its signed-rank test "
-            "needs at least 6 complete ABBA rounds (2 give a smallest p-value of 1/4), so this comparison can only "
-            "answer rerun; pass --attempts 6 or more (attempts=6)") in err
+    err = capsys.readouterr().err  # said without progress too: CI runs with --no-progress
+    assert ("warning: the paired method cannot accept with 2 attempts per arm: at alpha = 0.02 its signed-rank test "
+            "needs at least 6 complete ABBA rounds (2 give a smallest p-value of 1/4), so this comparison can answer "
+            "reject or rerun, never accept; pass --attempts 6 or more (attempts=6)") in err
     assert result["decision"] == "rerun" and result["recommended_attempts"] >= 6
 
 
@@ -240,6 +240,12 @@ def test_too_few_to_decide_knows_each_exact_test_s_floor():
     assert too_few_to_decide(pg.rules.Policy(method="paired"), 6) is None
     assert "at least 7 complete" in too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.01), 6)
     assert too_few_to_decide(pg.rules.Policy(method="seed"), 1) is None  # no test, no floor
+    # non_regression accepts on the interval's upper bound: 5 rounds (2^-5 <= 5%), 3 per arm (1/20) at 90%
+    paired_nr = pg.rules.Policy(method="paired", mode="non_regression")
+    assert "its 90% interval has an upper bound only from 5 complete ABBA rounds" in too_few_to_decide(paired_nr, 4)
+    assert too_few_to_decide(paired_nr, 5) is None
+    robust_nr = pg.rules.Policy(method="robust", mode="non_regression")
+    assert "from 3 attempts per arm" in too_few_to_decide(robust_nr, 2) and too_few_to_decide(robust_nr, 3) is None
 
 
 def test_compare_interleave_steps_a_failing_arm_and_in_process(sqlite_uri):
