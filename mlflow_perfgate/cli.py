@@ -527,6 +527,8 @@ def print_suite(summary: dict, output_format: str) -> None:
     for entry in summary["entries"]:
         if entry["verdict"] != "accept":
             why = SUITE_REASONS.get(entry["reason"]) or REASONS.get(entry["reason"], entry["reason"])
+            if entry.get("failed_checks"):
+                why += f"; failed: {', '.join(entry['failed_checks'])}"
             tail.append(f"  {entry['name']}: {entry['verdict']} ({entry['reason']}: {why})")
     if summary.get("suite_run_id"):
         tail.append(f"suite run: {summary['suite_run_id']}")

@@ -337,3 +337,17 @@ def test_a_paired_entry_without_rounds_says_in_the_suite_report_why_it_was_judge
             if line.startswith("| ") and "`" in line}
     assert "latency, robust, non_regression (no ABBA rounds recorded: judged by the robust method)" in rows["unpaired"]
     assert "latency, paired, non_regression |" in rows["paired"] and "judged by the robust" not in rows["paired"]
+    # a reject says which of its checks failed (found by a hostile run: the reason alone said "every
+    # declared threshold was checked")
+    assert "every declared threshold was checked (failed: p95_ok, no_regression_ok)" in rows["paired"]
+
+
+def test_reason_text_counts_no_note_among_an_accept_s_checks():
+    from mlflow_perfgate.rules import decide
+    from mlflow_perfgate.tracking._report import reason_text
+
+    base, cand = runs([10, 10.1, 9.9, 10.2, 9.8, 10.0]), runs([10, 10.1, 9.9, 10.2, 9.8, 10.05])
+    result = decide(base, cand, method="paired", mode="non_regression")  # no rounds: judged by robust, a note
+    assert result["decision"] == "accept" and "paired_fallback" in result["messages"]
+    text = reason_text(result)
+    assert text.startswith("every declared check passed (") and "paired_fallback" not in text

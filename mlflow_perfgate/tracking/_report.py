@@ -111,8 +111,9 @@ def reason_text(result: dict) -> str:
     if decision == "blocked_by_correctness":
         return (f"{words}: issues {', '.join(result.get('issues', [])) or 'n/a'}; first failure "
                 f"{result.get('first_failure')}; {len(result.get('invalid_runs', []))} invalid attempts")
-    if decision == "accept" and messages:
-        return f"every declared check passed ({', '.join(messages)})"
+    checks = [name for name, text in messages.items() if not str(text).startswith("NOTE")]  # notes are no checks
+    if decision == "accept" and checks:
+        return f"every declared check passed ({', '.join(checks)})"
     return words
 
 

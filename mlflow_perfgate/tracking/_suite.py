@@ -340,6 +340,8 @@ def suite_markdown(summary: dict) -> str:
                     _p(entry["level"][main])]
         reason = entry["reason"]
         reason_text = SUITE_REASONS.get(reason) or REASONS.get(reason, reason)
+        if entry.get("failed_checks"):
+            reason_text += f" (failed: {', '.join(entry['failed_checks'])})"
         if entry.get("withheld_checks"):
             reason_text += f" (withheld: {', '.join(entry['withheld_checks'])})"
         if not entry["controlled"]:
