@@ -36,7 +36,10 @@ Entry keys: ``name`` (required, unique), ``workload``, ``set`` (the fixed condit
 ``group``), ``group`` (default ``<suite name>/<entry name>`` for an entry that runs),
 ``objective``, ``method``, ``mode``, ``margin``, ``alpha``, ``confidence``, ``thresholds`` (a
 table of any registered threshold), ``attempts``, ``until_decisive``, ``max_attempts``,
-``supervised``, ``timeout_s``, ``threads``, ``runner``, ``env_mismatch``.
+``supervised``, ``timeout_s``, ``threads``, ``runner``, ``latency`` (``raw``, ``uncontended``,
+``fastest``: the figure the rules judge), ``interleave`` (within the entry, as ``compare
+--interleave``: ``attempts``, or ``steps``: one child a round holding both arms, their measured
+steps interleaved; not the ``[suite]`` key, which orders the entries), ``env_mismatch``.
 
 How entries share a machine (``interleave = "rounds"``, the default): the attempts of all the
 entries that run are interleaved round-robin, one ABBA round (2 attempts per arm: baseline,
@@ -68,8 +71,8 @@ __all__ = ["ENTRY_KEYS", "EntrySpec", "SuiteSpec", "evaluate", "load_suite", "pa
 
 #: The keys an entry (or the ``[defaults]`` table) may hold.
 ENTRY_KEYS = ("name", "workload", "set", "change", "group", "objective", "method", "mode", "margin", "alpha",
-              "confidence", "thresholds", "attempts", "until_decisive", "max_attempts", "supervised", "timeout_s",
-              "threads", "runner", "env_mismatch")
+              "confidence", "latency", "thresholds", "attempts", "until_decisive", "max_attempts", "supervised",
+              "timeout_s", "threads", "runner", "interleave", "env_mismatch")
 _SUITE_KEYS = ("name", "experiment", "alpha", "control", "tail_share", "interleave", "groups")
 _INTERLEAVE = ("rounds", "entries")
 #: Attempts per arm in one round of the round-robin: one ABBA block.
@@ -87,6 +90,8 @@ class EntrySpec:
         workload, conditions, change: what runs (``change`` ``None``: collected, never run).
         attempts, until_decisive, max_attempts: how many attempts per arm.
         supervised, timeout_s, threads, runner: how each attempt runs.
+        interleave: within the entry, as ``compare --interleave``: ``attempts`` (each attempt its
+            own child, in ABBA order) or ``steps`` (one child a round, both arms' steps interleaved).
         env_mismatch: ``evaluate_group``'s option.
     """
 
@@ -103,6 +108,7 @@ class EntrySpec:
     timeout_s: float = 300.0
     threads: int | None = None
     runner: str = "auto"
+    interleave: str = "attempts"
     env_mismatch: str = "fail"
 
     @property
@@ -291,7 +297,8 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
     runner = merged.get("runner", "auto")
     if runner not in ("auto", "fork", "spawn"):
         raise InputError(f"{where}: runner must be auto, fork or spawn, got {runner!r}")
-    options = {key: merged.get(key) for key in ("method", "mode", "objective", "margin", "alpha", "confidence")}
+    options = {key: merged.get(key) for key in ("method", "mode", "objective", "margin", "alpha", "confidence",
+                                                "latency")}
     options["objective"] = options["objective"] or "latency"
     # a statistical method by default where one judges the objective (latency); the
     # specification-style rule elsewhere (memory, throughput: outside the error control)
@@ -305,21 +312,27 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
         raise PolicyError(f"{where}: the seed method gives no p-value; a suite's error control needs a statistical "
                           "method for a latency entry: method = 'robust' or 'paired'")
     conditions = dict(merged["set"])
+    interleave = merged.get("interleave", "attempts")
+    if interleave not in ("attempts", "steps"):
+        raise InputError(f"{where}: interleave must be one of ['attempts', 'steps'] (within the entry; the [suite] "
+                         f"key orders the entries), got {interleave!r}")
+    supervised = _typed(merged.get("supervised", True), bool, "supervised", where)
     if change is not None:
         if len(change) != 1:
             raise InputError(f"{where}: change must name exactly one variable, got {sorted(change)}")
-        from .harness import _base_conditions, _validated_change
+        from .harness import _base_conditions, _check_interleave, _validated_change
         from .rules._errors import PerfgateError
 
         try:
-            _validated_change(_base_conditions(workload, conditions, attempts), dict(change),
-                              "the candidate change improves the objective")
+            base = _base_conditions(workload, conditions, attempts)
+            _validated_change(base, dict(change), "the candidate change improves the objective")
+            _check_interleave(interleave, str(next(iter(change))), base, policy.objective, supervised, None)
         except PerfgateError as exc:
             raise type(exc)(f"{where}: {exc}") from None
     return EntrySpec(
         name=name, group=group or f"{suite_name}/{name}", policy=policy, workload=workload, conditions=conditions,
         change=dict(change) if change is not None else None, attempts=attempts, until_decisive=until_decisive,
-        max_attempts=max_attempts, supervised=_typed(merged.get("supervised", True), bool, "supervised", where),
+        max_attempts=max_attempts, supervised=supervised, interleave=interleave,
         timeout_s=_typed(merged.get("timeout_s", 300.0), float, "timeout_s", where, minimum=0),
         threads=_typed(merged.get("threads"), int, "threads", where, minimum=1), runner=runner,
         env_mismatch=env_mismatch)
@@ -355,7 +368,7 @@ class _Entry:
         else:
             self.comparison_id = start_comparison(spec.group, base, variable, objective=spec.policy.objective,
                                                   experiment_name=suite.experiment, workload=spec.workload,
-                                                  parent_run_id=suite_run_id)
+                                                  parent_run_id=suite_run_id, interleave=spec.interleave)
         self.next_pair = held["next_pair"]
         self.done = held["attempts"] // 2
         self.started_with = self.done
@@ -372,6 +385,26 @@ class _Entry:
         from .workloads import interleave, run_attempt
 
         spec = self.spec
+        if spec.interleave == "steps":  # one child a round, both arms' steps interleaved, the leader alternating
+            from .workloads import run_interleaved
+
+            for index in range(per_arm):
+                pair = self.next_pair + index
+                order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
+                started = [start_attempt(spec.group, arm, self.arms[arm], experiment_name=self.suite.experiment,
+                                         parent_run_id=self.comparison_id, pair=pair,
+                                         environment={"gpu_name": _gpu_name(self.arms[arm])}) for arm in order]
+                results = run_interleaved(spec.workload, self.arms[order[0]], self.arms[order[1]],
+                                          supervised=spec.supervised, timeout_s=2 * spec.timeout_s,
+                                          threads=spec.threads, runner=self.runner)
+                for arm, attempt, result in zip(order, started, results):
+                    if _finish(attempt, result, self.arms[arm]) is None:
+                        self.deferred.append(attempt.attempt_id)
+                    if on_attempt is not None:
+                        on_attempt(f"{spec.name} {arm}", result)
+            self.next_pair += per_arm
+            self.done += per_arm
+            return
         for index, arm in enumerate(interleave(per_arm)):
             started = start_attempt(spec.group, arm, self.arms[arm], experiment_name=self.suite.experiment,
                                     parent_run_id=self.comparison_id, pair=self.next_pair + index // 2,

@@ -188,6 +188,50 @@ attempts = ATTEMPTS
     assert len(attempts) == 10 and {run.data.params["repeats"] for run in attempts} == {"2"}
 
 
+def test_a_suite_entry_takes_the_latency_and_step_interleaving_compare_takes(sqlite_uri, tmp_path, capsys):
+    # found by a hostile run: the README recommends paired + fastest + --interleave steps for
+    # suites, and no entry key could say latency or steps
+    from mlflow_perfgate.suite import parse_suite
+
+    with pytest.raises(PerfgateError, match=r"\[\[entry\]\] 1 \(w\): interleave='steps' runs both arms in one process"):
+        parse_suite({"suite": {"name": "n"}, "entry": [{"name": "w", "change": {"steps": 3}, "interleave": "steps"}]})
+    with pytest.raises(PerfgateError, match="interleave must be one of"):
+        parse_suite({"suite": {"name": "n"}, "entry": [{"name": "w", "change": {"a": 1}, "interleave": "rounds"}]})
+    suite = write_suite(tmp_path / "steps.toml", f"""
+[suite]
+name = "steps"
+experiment = "{EXPERIMENT}"
+
+[defaults]
+method = "paired"
+latency = "fastest"
+interleave = "steps"
+mode = "non_regression"
+attempts = 2
+supervised = false
+set = {{input_shape = "2,16", steps = 2, warmup = 1}}
+thresholds = {{min_valid_runs = 2}}
+
+[[entry]]
+name = "checkpoint"
+change = {{checkpoint = true}}
+""")
+    code, out, err = run_cli(capsys, "suite", "run", suite, "--no-progress")
+    assert code in (0, 1, 3), out + err
+    row = pg.decisions(experiment_name=EXPERIMENT, suite="steps").iloc[0]
+    assert (row["method"], row["latency"]) == ("paired", "fastest")
+    client = MlflowClient()
+    attempts = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id],
+                                  "tags.\"perfgate.kind\" = 'attempt' and tags.\"perfgate.group\" = 'steps/checkpoint'")
+    rounds = {}
+    for run in attempts:
+        rounds.setdefault(run.data.tags["perfgate.pair"], set()).add(run.data.tags["perfgate.arm"])
+        assert len(client.get_metric_history(run.info.run_id, "step_order")) == 2  # its steps' places in the child
+    assert rounds == {"0": {"baseline", "candidate"}, "1": {"baseline", "candidate"}}
+    comparison = client.get_run(attempts[0].data.tags["mlflow.parentRunId"])
+    assert comparison.data.tags["perfgate.interleave"] == "steps"
+
+
 @pytest.mark.slow
 def test_suite_run_interleaves_tinylm_entries_and_a_recorded_regression_rejects(sqlite_uri, tmp_path, capsys):
     log_group("g-slower", STEADY, [v * 1.5 for v in STEADY])
