@@ -379,42 +379,42 @@ class _Entry:
         return self._runners(self.spec) if self.spec.supervised else None
 
     def run_round(self, per_arm: int, on_attempt: Callable[[str, Any], None] | None = None) -> None:
-        """``per_arm`` attempts of each arm in ABBA order, each recorded as it ends (as ``compare`` does)."""
+        """``per_arm`` attempts of each arm in ABBA order, each recorded as it ends (as ``compare`` does).
+
+        With ``interleave = "steps"`` each ABBA round is one child holding both arms, their steps
+        interleaved, the leading arm alternating between rounds.
+        """
         from .harness import _finish, _gpu_name
         from .tracking import start_attempt
-        from .workloads import interleave, run_attempt
+        from .workloads import interleave, run_attempt, run_interleaved
 
         spec = self.spec
-        if spec.interleave == "steps":  # one child a round, both arms' steps interleaved, the leader alternating
-            from .workloads import run_interleaved
 
-            for index in range(per_arm):
-                pair = self.next_pair + index
-                order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
-                started = [start_attempt(spec.group, arm, self.arms[arm], experiment_name=self.suite.experiment,
-                                         parent_run_id=self.comparison_id, pair=pair,
-                                         environment={"gpu_name": _gpu_name(self.arms[arm])}) for arm in order]
-                results = run_interleaved(spec.workload, self.arms[order[0]], self.arms[order[1]],
-                                          supervised=spec.supervised, timeout_s=2 * spec.timeout_s,
-                                          threads=spec.threads, runner=self.runner)
-                for arm, attempt, result in zip(order, started, results):
-                    if _finish(attempt, result, self.arms[arm]) is None:
-                        self.deferred.append(attempt.attempt_id)
-                    if on_attempt is not None:
-                        on_attempt(f"{spec.name} {arm}", result)
-            self.next_pair += per_arm
-            self.done += per_arm
-            return
-        for index, arm in enumerate(interleave(per_arm)):
-            started = start_attempt(spec.group, arm, self.arms[arm], experiment_name=self.suite.experiment,
-                                    parent_run_id=self.comparison_id, pair=self.next_pair + index // 2,
-                                    environment={"gpu_name": _gpu_name(self.arms[arm])})
-            result = run_attempt(spec.workload, self.arms[arm], supervised=spec.supervised, timeout_s=spec.timeout_s,
-                                 threads=spec.threads, runner=self.runner)
+        def start(arm: str, pair: int):
+            return start_attempt(spec.group, arm, self.arms[arm], experiment_name=self.suite.experiment,
+                                 parent_run_id=self.comparison_id, pair=pair,
+                                 environment={"gpu_name": _gpu_name(self.arms[arm])})
+
+        def record(arm: str, started, result) -> None:
             if _finish(started, result, self.arms[arm]) is None:
                 self.deferred.append(started.attempt_id)
             if on_attempt is not None:
                 on_attempt(f"{spec.name} {arm}", result)
+
+        if spec.interleave == "steps":
+            for pair in range(self.next_pair, self.next_pair + per_arm):
+                order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
+                started = [start(arm, pair) for arm in order]
+                results = run_interleaved(spec.workload, self.arms[order[0]], self.arms[order[1]],
+                                          supervised=spec.supervised, timeout_s=2 * spec.timeout_s,
+                                          threads=spec.threads, runner=self.runner)
+                for arm, attempt, result in zip(order, started, results):
+                    record(arm, attempt, result)
+        else:
+            for index, arm in enumerate(interleave(per_arm)):
+                started = start(arm, self.next_pair + index // 2)
+                record(arm, started, run_attempt(spec.workload, self.arms[arm], supervised=spec.supervised,
+                                                 timeout_s=spec.timeout_s, threads=spec.threads, runner=self.runner))
         self.next_pair += per_arm
         self.done += per_arm
 
