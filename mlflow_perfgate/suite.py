@@ -530,13 +530,18 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     """
     from tqdm import tqdm
 
-    from .harness import Terminated, _terminate_as_exception
+    from .harness import Terminated, _terminate_as_exception, too_few_to_decide
     from .tracking import end_run, sync
     from .tracking._evaluate import DEFAULT_STALE_AFTER_S
     from .tracking._suite import evaluate_suite, judge_entries
 
     stale_after_s = DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s
     suite_run_id = start(suite, parent_run_id=parent_run_id)
+    for entry in suite.entries:  # as compare says it: an entry planned below its method's floor
+        planned = entry.max_attempts if entry.until_decisive else entry.attempts
+        too_few = too_few_to_decide(entry.policy, planned) if entry.runs and not resume else None
+        if too_few:
+            print(f"warning: suite entry {entry.name!r}: {too_few}", file=sys.stderr)
     runners = _Runners()
     running: list[_Entry] = []
     outcomes: dict[str, dict] = {}
