@@ -10,7 +10,7 @@ from typing import Iterator
 
 from mlflow.entities import Metric, RunStatus
 
-from ..rules._errors import InputError, StoreRefused
+from ..rules._errors import InputError, StoreRefused, StoreUnavailable
 from . import _client, _journal
 from ._inputs import (
     _check_arm,
@@ -226,8 +226,15 @@ def check_parent_runs(parents) -> None:
     """Each ``(parent_run_id, group)`` checked as :func:`write_payload` will check it, before any
     attempt of a batch is written (``record --from-jsonl``: one bad parent, nothing written).
     A store that cannot be reached now is no answer: the writes will journal as usual."""
+    parents = list(dict.fromkeys(parents))
+    if not parents:
+        return
     mlflow_client = _client.client(probe=False)
-    for parent_run_id, group in dict.fromkeys(parents):
+    try:
+        _client.ensure_reachable(mlflow_client.tracking_uri, series=True)  # fast, and remembered for the writes
+    except StoreUnavailable:
+        return
+    for parent_run_id, group in parents:
         try:
             _check_parent(mlflow_client, parent_run_id, group)
         except InputError:
