@@ -75,3 +75,15 @@ def test_contention_is_flagged_never_dropped(sqlite_uri):
     assert result["candidate"]["attempted_runs"] == 10 and result["candidate"]["valid_runs"] == 10
     assert result["contention_runs"]["candidate"] == [ids[-1]]
     assert any("possible contention" in w and ids[-1] in w for w in result["warnings"])
+
+
+def test_evaluate_group_refuses_options_beside_a_policy_rather_than_ignoring_them(sqlite_uri):
+    # found by a hostile run: policy=Policy(), maximum_failure_rate=0.2 judged at 0.0 without a word
+    import mlflow_perfgate as pg
+    from helpers import log_series
+
+    log_series("both")
+    for options in ({"maximum_failure_rate": 0.2}, {"method": "robust"}, {"alpha": 0.05}):
+        with pytest.raises(pg.errors.PolicyError, match=r"give either policy or the options it holds, not both"):
+            pg.evaluate_group("both", policy=pg.rules.Policy(method="robust"), **options)
+    assert pg.evaluate_group("both", policy=pg.rules.Policy())["decision"] == "accept"

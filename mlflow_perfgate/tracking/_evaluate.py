@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import rules
-from ..rules._errors import InputError
+from ..rules._errors import InputError, PolicyError
 from . import _client, _journal, _report, _views
 from ._decision_run import decision_key, decision_target, discard, reparent, wait_for, write_decision
 from ._environment import ENV_MISMATCH_MODES
@@ -102,6 +102,14 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
                               alpha=alpha, confidence=confidence, latency=latency, **thresholds)
         objective_given = objective is not None
     else:
+        given = {name: value for name, value in (("objective", objective), ("margin", margin), ("alpha", alpha),
+                                                 ("confidence", confidence), ("latency", latency),
+                                                 ("method", None if method == "seed" else method),
+                                                 ("mode", None if mode == "improvement" else mode),
+                                                 *thresholds.items()) if value is not None}
+        if given:  # the policy says all of it: an option beside it would be ignored without a word
+            raise PolicyError(f"give either policy or the options it holds, not both: got policy and "
+                                    f"{sorted(given)}; use policy.replace(...) to change them")
         objective_given = True
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
