@@ -209,7 +209,9 @@ def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> Sui
         raise PolicyError(f"{source}: control must be one of {list(CONTROLS)}, got {control!r}")
     interleave = head.get("interleave", "rounds")
     if interleave not in _INTERLEAVE:
-        raise InputError(f"{source}: interleave must be one of {list(_INTERLEAVE)}, got {interleave!r}")
+        hint = (" (the order of the entries; step interleaving within an entry is interleave = \"steps\" in "
+                "[defaults] or in the entry)" if interleave in ("steps", "attempts") else "")
+        raise InputError(f"{source}: [suite] interleave must be one of {list(_INTERLEAVE)}{hint}, got {interleave!r}")
     experiment = head.get("experiment")
     if experiment is not None and (not isinstance(experiment, str) or not experiment.strip()):
         raise InputError(f"{source}: experiment must be a non-empty string")

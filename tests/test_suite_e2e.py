@@ -195,6 +195,9 @@ def test_a_suite_entry_takes_the_latency_and_step_interleaving_compare_takes(sql
 
     with pytest.raises(PerfgateError, match=r"\[\[entry\]\] 1 \(w\): interleave='steps' runs both arms in one process"):
         parse_suite({"suite": {"name": "n"}, "entry": [{"name": "w", "change": {"steps": 3}, "interleave": "steps"}]})
+    with pytest.raises(PerfgateError, match=r"\[suite\] interleave must be one of \['rounds', 'entries'\] \(the order "
+                                           r"of the entries; step interleaving within an entry is interleave"):
+        parse_suite({"suite": {"name": "n", "interleave": "steps"}, "entry": [{"name": "w", "group": "g"}]})
     with pytest.raises(PerfgateError, match="interleave must be one of"):
         parse_suite({"suite": {"name": "n"}, "entry": [{"name": "w", "change": {"a": 1}, "interleave": "rounds"}]})
     suite = write_suite(tmp_path / "steps.toml", f"""
