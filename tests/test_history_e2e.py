@@ -66,6 +66,28 @@ def test_a_recorded_series_with_a_known_change_point(sqlite_uri, capsys):
     assert artifacts == {"perfgate/history.json", "perfgate/history.png", "perfgate/history.md"}
 
 
+def test_a_history_too_short_for_the_permutation_test_says_so(sqlite_uri, capsys):
+    # found by a hostile run: 8 revisions with a clean 30% step gave "none found" and exit 0
+    assert pg.rules.permutation_floor(8) > 0.01 >= pg.rules.permutation_floor(12)
+    assert pg.rules.permutation_floor(1) is None
+    rng = np.random.default_rng(3)
+    revisions = [log_revision(i, (100 if i < 4 else 130) * np.exp(rng.normal(0, 0.01, 3))) for i in range(8)]
+    code, out, err = run_cli(capsys, "history", "--experiment", EXPERIMENT, "--no-log")
+    assert code == 0, err
+    assert "with 8 revisions the permutation test cannot find a latency change at alpha = 0.01" in out
+    code, out, err = run_cli(capsys, "history", "--experiment", EXPERIMENT, "--no-log", "--test", "t")
+    assert code == 0 and f"regression (slower) at {revisions[4]}" in out and "permutation test cannot" not in out
+
+
+def test_a_history_with_no_revision_to_analyse_is_an_input_error(sqlite_uri, capsys):
+    # found by a hostile run: revisions without commit times left nothing, and history exited 0
+    for revision in ("aaa111", "bbb222"):
+        pg.log_attempt("g-" + revision, "baseline", {**BENCH, "revision": revision}, latency_ms=100.0, quality=0.9,
+                       experiment_name=EXPERIMENT)
+    code, out, err = run_cli(capsys, "history", "--experiment", EXPERIMENT, "--no-log")
+    assert code == 2 and "no revision of benchmark" in err and "2 revisions have no commit time" in err
+
+
 def test_failed_attempts_count_as_the_evaluator_counts_them(sqlite_uri, capsys):
     rng = np.random.default_rng(9)
     revisions = []

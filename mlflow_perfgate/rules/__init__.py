@@ -52,6 +52,7 @@ _RECORDS = {
     "RevisionSample": "_history",
     "bisect_next": "_history",
     "find_change_points": "_history",
+    "permutation_floor": "_history",
     "revision_samples": "_history",
     "Check": "_records",
     "EntryEvidence": "_suite",

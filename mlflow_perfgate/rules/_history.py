@@ -75,6 +75,7 @@ __all__ = [
     "bisect_next",
     "energy_statistic",
     "find_change_points",
+    "permutation_floor",
     "revision_samples",
 ]
 
@@ -731,6 +732,24 @@ def find_change_points(samples: Iterable[RevisionSample], *, alpha: float = _DEF
     series = _Series(ordered, settings)
     tests = _merge(series, _split(series))
     return [_change_point(series, bounds, found) for bounds, found in tests]
+
+
+def permutation_floor(revisions: int, **settings: Any) -> float | None:
+    """The permutation test's p-value for the clearest latency step ``revisions`` can show.
+
+    Half the revisions at 100 ms, the rest at 200 ms, one attempt each: the split
+    :func:`find_change_points` would test first, with its settings (``alpha``, ``min_segment``,
+    ``permutations``, ``seed``). Above ``alpha``, no latency change can be found in a history of
+    that length, whatever the data (a shuffle puts the slow half at one end too often); ``None``
+    when the history is too short to split at all.
+    """
+    if type(revisions) is not int or revisions < 0:
+        raise InputError(f"revisions must be an integer >= 0, got {revisions!r}")
+    samples = [RevisionSample(f"r{i}", float(i), (100.0 if i < revisions // 2 else 200.0,), 0, None)
+               for i in range(revisions)]
+    series = _Series(samples, {**_DEFAULTS, **settings, "test": "permutation"})
+    found = series.latency_split(0, revisions) if revisions >= 2 else None
+    return None if found is None else found[1]
 
 
 def _split(series: _Series) -> list[int]:

@@ -491,6 +491,17 @@ def analyze(*, experiment_name: str | None = None, benchmark: str | None = None,
     if unknown:
         raise InputError(f"unknown history settings {unknown}; expected some of {sorted(defaults)}")
     used = {**defaults, **{k: v for k, v in settings.items() if v is not None}, "test": test}
+    if not samples:
+        raise InputError(f"no revision of benchmark {chosen.key!r} can be analysed: "
+                         + ("; ".join(warnings) or "it holds no attempt with a revision"))
+    if used["test"] == "permutation":
+        floor = rules.permutation_floor(len(samples), **{key: used[key] for key in
+                                                          ("alpha", "min_segment", "permutations", "seed")})
+        if floor is None or floor > used["alpha"]:
+            shown = "it cannot split at all" if floor is None else f"even a clean step in the middle gives p = {floor:.3g}"
+            warnings.append(f"with {len(samples)} revisions the permutation test cannot find a latency change at "
+                            f"alpha = {used['alpha']:g} ({shown}): pass --test t (it assumes normal log medians), a "
+                            "larger --alpha, or record more revisions")
     points = rules.find_change_points(samples, **used)
     payload = history_payload(chosen, samples, points, used, warnings)
     payload["report"] = history_markdown(payload)
