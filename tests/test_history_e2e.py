@@ -4,6 +4,7 @@ evaluator counts them, the history run it leaves; and a bisect in a small git re
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import numpy as np
@@ -164,3 +165,29 @@ def test_bisect_finds_the_commit_that_slowed_the_bench_and_reuses_its_decisions(
     # a range whose bad end is no regression: nothing to bisect, exit 1
     code, out, _ = run_cli(capsys, *[shas[1] if a == shas[-1] else a for a in argv])
     assert code == 1 and "shows no regression" in out, out
+
+
+def test_revisions_sharing_a_commit_time_are_ordered_by_git_ancestry(sqlite_uri, capsys, tmp_path, monkeypatch):
+    # found by a hostile run: scripted commits share whole-second commit times, and history refused them
+    env = {"GIT_COMMITTER_DATE": "2026-11-30T10:00:00Z", "GIT_AUTHOR_DATE": "2026-11-30T10:00:00Z"}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    shas = []
+    for i in range(12):
+        (repo / "f").write_text(str(i))
+        subprocess.run([*git, "add", "f"], cwd=repo, check=True)
+        subprocess.run([*git, "commit", "-qm", f"c{i}"], cwd=repo, check=True, env={**os.environ, **env})
+        shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                                   check=True).stdout.strip())
+    monkeypatch.chdir(repo)
+    for i, sha in enumerate(reversed(shas)):  # recorded newest first: the store's order is no help
+        index = len(shas) - 1 - i
+        for latency in ((100.0, 101.0, 99.0) if index < 6 else (130.0, 131.0, 129.0)):
+            pg.log_attempt(f"tied-{index}", "baseline", {**BENCH, "revision": sha}, latency_ms=latency, quality=0.9,
+                           experiment_name=EXPERIMENT)
+    code, out, err = run_cli(capsys, "history", "--experiment", EXPERIMENT, "--no-log")
+    assert code == 0, err
+    assert f"regression (slower) at {shas[6]} (after {shas[5]})" in out
+    assert "12 revisions share the commit time 1796032800 (" in out and "): ordered by git ancestry" in out

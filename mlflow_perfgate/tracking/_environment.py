@@ -83,6 +83,19 @@ def commit_time(revision: str, cwd: str | None = None) -> int | None:
     return int(text) if completed.returncode == 0 and text.isdigit() else None
 
 
+def is_ancestor(older: str, newer: str, cwd: str | None = None) -> bool | None:
+    """Whether commit ``older`` is an ancestor of ``newer`` in the git repository of ``cwd``
+    (``git merge-base --is-ancestor``); ``None`` when git cannot say (not shas, no repository)."""
+    if not all(isinstance(r, str) and _GIT_SHA.match(r.strip()) for r in (older, newer)):
+        return None
+    try:
+        completed = subprocess.run(["git", "merge-base", "--is-ancestor", older.strip(), newer.strip()],
+                                   capture_output=True, text=True, timeout=5, cwd=cwd)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: True, 1: False}.get(completed.returncode)
+
+
 @functools.lru_cache(maxsize=1)
 def _static_fingerprint() -> tuple[tuple[str, str], ...]:
     return tuple({

@@ -14,6 +14,7 @@ the changes; :func:`write_history` logs a history run (``perfgate.kind=history``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -30,7 +31,7 @@ from mlflow.entities import Metric, RunStatus, ViewType
 from .. import rules
 from ..rules._errors import InputError
 from . import _client, _report
-from ._environment import commit_time as git_commit_time, env_from_tags
+from ._environment import commit_time as git_commit_time, env_from_tags, is_ancestor
 from ._evaluate import DEFAULT_STALE_AFTER_S
 from ._group import _preference, _quoted_filter, _view
 from ._schema import (
@@ -113,12 +114,37 @@ class Benchmark:
             warnings.append(f"{len(unordered)} revisions have no commit time (no perfgate.commit_time tag, and no "
                             f"commit of that name in the git repository here), left out: "
                             f"{', '.join(unordered[:10])}; record them with --commit-time")
-        samples.sort(key=lambda sample: sample.order)
-        for left, right in zip(samples, samples[1:]):
-            if left.order == right.order:
-                raise InputError(f"revisions {left.revision!r} and {right.revision!r} share the commit time "
-                                 f"{left.order:g}: the history needs one order per revision; record distinct "
-                                 "--commit-time values")
+        ties: dict[float, list] = {}
+        for sample in samples:
+            ties.setdefault(sample.order, []).append(sample)
+
+        def ancestors(sample) -> int:  # among the revisions that share its commit time
+            return sum(bool(is_ancestor(o.revision, sample.revision, cwd)) for o in ties[sample.order] if o is not sample)
+
+        samples.sort(key=lambda sample: (sample.order, ancestors(sample) if len(ties[sample.order]) > 1 else 0))
+        ordered: list[rules.RevisionSample] = []
+        before: dict[float, list] = {}  # commit time -> the revisions already placed at it
+        for sample in samples:  # git commit times are whole seconds: scripted commits share them
+            tied = before.setdefault(sample.order, [])
+            placed = sample
+            if tied and all(is_ancestor(other.revision, sample.revision, cwd) for other in tied):
+                placed = dataclasses.replace(sample, order=sample.order + 1e-3 * len(tied))
+            elif tied:
+                when = datetime.datetime.fromtimestamp(sample.order, datetime.timezone.utc).isoformat()
+                raise InputError(f"revisions {tied[0].revision!r} and {sample.revision!r} share the commit time "
+                                 f"{sample.order:.0f} ({when}) and git here cannot order them (neither is an "
+                                 "ancestor of the other, or they are not commits of this repository): the history "
+                                 "needs one order per revision; run it in the repository that holds them, or "
+                                 "'forget' one revision's attempts and record them again with a distinct "
+                                 "--commit-time (a revision's earliest recorded time counts)")
+            tied.append(sample)
+            ordered.append(placed)
+        for time_s, tied in before.items():
+            if len(tied) > 1:
+                warnings.append(f"{len(tied)} revisions share the commit time {time_s:.0f} "
+                                f"({', '.join(o.revision[:12] for o in tied[:5])}{', ...' if len(tied) > 5 else ''}): "
+                                "ordered by git ancestry")
+        samples = ordered
         return samples
 
 
