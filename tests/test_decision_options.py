@@ -83,7 +83,7 @@ def test_evaluate_group_refuses_options_beside_a_policy_rather_than_ignoring_the
     from helpers import log_series
 
     log_series("both")
-    for options in ({"maximum_failure_rate": 0.2}, {"method": "robust"}, {"alpha": 0.05}):
+    for options in ({"maximum_failure_rate": 0.2}, {"method": "robust"}, {"method": "seed"}, {"alpha": 0.05}):
         with pytest.raises(pg.errors.PolicyError, match=r"give either policy or the options it holds, not both"):
             pg.evaluate_group("both", policy=pg.rules.Policy(method="robust"), **options)
     assert pg.evaluate_group("both", policy=pg.rules.Policy())["decision"] == "accept"

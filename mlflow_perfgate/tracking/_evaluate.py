@@ -36,7 +36,7 @@ def _common_parent(views: list[AttemptView], mlflow_client, group: str, notes: l
 
 def evaluate_group(group: str, *, experiment_name: str | None = None,
                    stale_after_s: float = DEFAULT_STALE_AFTER_S, objective: str | None = None,
-                   method: str = "seed", mode: str = "improvement", margin: float | None = None,
+                   method: str | None = None, mode: str | None = None, margin: float | None = None,
                    env_mismatch: str = "fail", alpha: float | None = None, confidence: float | None = None,
                    look: int | None = None, max_looks: int | None = None, dry_run: bool = False,
                    policy: rules.Policy | None = None, latency: str | None = None, **thresholds: Any) -> dict:
@@ -58,9 +58,9 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         stale_after_s: a RUNNING attempt older than this counts as failed (``stale``).
         objective: a registered objective (``latency``, ``memory``, ``throughput``); default:
             the comparison run's objective (from its diagnosis), else ``latency``.
-        method: ``seed`` (the specification's rule, exact), ``robust`` or another registered
-            method; every method that judges the objective has its figures logged.
-        mode: ``improvement`` (the candidate must be faster) or ``non_regression`` (it may not
+        method: ``seed`` (the default: the specification's rule, exact), ``robust`` or another
+            registered method; every method that judges the objective has its figures logged.
+        mode: ``improvement`` (the default: the candidate must be faster) or ``non_regression`` (it may not
             be slower than ``margin``, for CI).
         margin: the slowdown tolerated in ``non_regression`` (default 0.05).
         env_mismatch: ``fail`` (default: refuse arms whose environment fingerprints differ
@@ -98,18 +98,17 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     if env_mismatch not in ENV_MISMATCH_MODES:
         raise InputError(f"env_mismatch must be one of {list(ENV_MISMATCH_MODES)}, got {env_mismatch!r}")
     if policy is None:
-        policy = rules.Policy(objective=objective or "latency", method=method, mode=mode, margin=margin,
+        policy = rules.Policy(objective=objective or "latency", method=method or "seed", mode=mode or "improvement",
+                              margin=margin,
                               alpha=alpha, confidence=confidence, latency=latency, **thresholds)
         objective_given = objective is not None
     else:
-        given = {name: value for name, value in (("objective", objective), ("margin", margin), ("alpha", alpha),
-                                                 ("confidence", confidence), ("latency", latency),
-                                                 ("method", None if method == "seed" else method),
-                                                 ("mode", None if mode == "improvement" else mode),
-                                                 *thresholds.items()) if value is not None}
+        given = {name: value for name, value in (("objective", objective), ("method", method), ("mode", mode),
+                                                 ("margin", margin), ("alpha", alpha), ("confidence", confidence),
+                                                 ("latency", latency), *thresholds.items()) if value is not None}
         if given:  # the policy says all of it: an option beside it would be ignored without a word
             raise PolicyError(f"give either policy or the options it holds, not both: got policy and "
-                                    f"{sorted(given)}; use policy.replace(...) to change them")
+                              f"{sorted(given)}; use policy.replace(...) to change them")
         objective_given = True
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
