@@ -239,7 +239,7 @@ def load(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float)
         if len({_outcome(v) for v in done}) > 1:
             # not a retried write (that repeats its outcome): a reused attempt_id. The failure
             # counts, so that no failed attempt drops out of the denominator, and the note says so.
-            chosen = next((v for v in done if v.state != "ok"), done[0])
+            chosen = next((v for v in done if v.state == "failed"), done[0])
             same.remove(chosen)
             same.insert(0, chosen)
             conflicts.append(
