@@ -419,7 +419,8 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
     from mlflow_perfgate.errors import InputError
     from mlflow_perfgate.tracking._inputs import check_attempt
 
-    checked, groups = [], [item["group"] for item in attempts]
+    parents = [(item["parent_run_id"], item["group"]) for item in attempts if item["parent_run_id"]]
+    checked = []
     for item in attempts:  # every attempt checked before mlflow is imported, and before anything is written
         where = item.pop("where")
         try:
@@ -429,7 +430,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
             raise InputError(f"{where}: {exc}" if where else str(exc)) from None
     from mlflow_perfgate.tracking import check_parent_runs, log_checked
 
-    check_parent_runs((item["parent_run_id"], group) for item, group in zip(attempts, groups) if item["parent_run_id"])
+    check_parent_runs(parents)
     for attempt in checked:
         click.echo(log_checked(attempt))
 
