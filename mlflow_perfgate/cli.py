@@ -141,7 +141,9 @@ def decision_options(func):
                      help="Which latency of each attempt is judged: raw (the median of every measured step), "
                           "uncontended (the median of its steps that barely waited for a CPU, where it has one; "
                           "rerun with reason contention when more than half of an arm's attempts have none) or "
-                          "fastest (its fastest measured step: what a busy neighbour disturbs least)."),
+                          "fastest (its fastest measured step: what a busy neighbour disturbs least) or p10 (the "
+                          "10th percentile of its measured steps, Harrell-Davis: the fastest few averaged, "
+                          "steadier than the fastest one with 20 or more steps)."),
         *(_setting_option(setting) for setting in POLICY_SETTINGS),
         *(_setting_option(setting) for setting in threshold_settings().values()),
         click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
@@ -382,7 +384,7 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
               help="Many attempts, one JSON object per line (- for stdin) with record's options as fields "
                    "(group, arm, set, latency_ms, quality, failure, validity, metrics, env, attempt_id, "
                    "parent_run_id, experiment, commit_time, and step_times_ms: the measured steps' times, whose "
-                   "fastest --latency fastest judges); the options above are the defaults of every line, and a "
+                   "fastest --latency fastest judges and whose 10th percentile --latency p10); the options above are the defaults of every line, and a "
                    "field given as null is a field not given. Every line is checked before anything is "
                    "written.")
 @guarded

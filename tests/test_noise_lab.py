@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import noise_lab as lab  # noqa: E402
 
+from mlflow_perfgate.rules._stats import step_quantile  # noqa: E402
+
 
 # --- schedules ---------------------------------------------------------------------------------
 
@@ -160,6 +162,10 @@ def test_window_records_keep_failures_and_leave_out_figureless_attempts():
     base, cand = lab.window_records(rows, "fastest")
     assert [r["latency_ms"] for r in base] == [9.5]
     assert cand == [{"ok": False, "failure": "timeout after 1.0s", "pair": 1}]
+    # p10: the 10th percentile of its steps, as the harness writes it (Harrell-Davis)
+    base, cand = lab.window_records(rows, "p10")
+    assert base[0]["latency_ms"] == pytest.approx(step_quantile([10.5, 9.5, 11.0], 0.1)) and len(base) == 1
+    assert 9.5 < base[0]["latency_ms"] < 10.5
     with pytest.raises(ValueError, match="latency"):
         lab.window_records(rows, "cpu")
 

@@ -106,8 +106,8 @@ def test_latency_is_a_decision_option_of_every_deciding_command():
     runner = CliRunner()
     for command in ("evaluate", "compare", "pipeline"):
         text = " ".join(runner.invoke(cli, [command, "--help"], terminal_width=200).output.split())
-        assert "--latency [raw|uncontended|fastest]" in text and "[default: raw]" in text, command
+        assert "--latency [raw|uncontended|fastest|p10]" in text and "[default: raw]" in text, command
     refused = runner.invoke(cli, ["evaluate", "--group", "g", "--latency", "quiet"])
-    assert refused.exit_code == 2 and "'quiet' is not one of 'raw', 'uncontended', 'fastest'" in refused.output
+    assert refused.exit_code == 2 and "'quiet' is not one of 'raw', 'uncontended', 'fastest', 'p10'" in refused.output
     assert collect_policy({"latency": "uncontended", "method": "robust"}) == {"latency": "uncontended",
                                                                              "method": "robust"}

@@ -26,7 +26,7 @@ def test_the_policy_option_is_validated_and_defaults_to_raw():
     policy = Policy(latency="uncontended")
     assert policy.latency_key == "uncontended_latency_ms" and Policy(**policy.options()) == policy
     assert policy != Policy() and policy.replace(latency="raw") == Policy()
-    with pytest.raises(PolicyError, match=r"latency must be one of \['raw', 'uncontended', 'fastest'\], got 'quiet'"):
+    with pytest.raises(PolicyError, match=r"latency must be one of \['raw', 'uncontended', 'fastest', 'p10'\], got 'quiet'"):
         Policy(latency="quiet")
 
 

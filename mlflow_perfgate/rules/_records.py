@@ -37,6 +37,12 @@ __all__ = [
 VERDICTS = ("accept", "reject", "rerun", "blocked_by_correctness")
 #: The record key of an attempt's fastest measured step (a policy's ``latency="fastest"``).
 FASTEST_KEY = "fastest_step_ms"
+#: The record key of the 10th percentile of an attempt's measured steps (``latency="p10"``).
+STEP_P10_KEY = "step_p10_ms"
+#: The quantile of the measured steps :data:`STEP_P10_KEY` estimates.
+STEP_P10_FRACTION = 0.1
+#: Latency keys every successful record must carry when judged (figures of the steps: no fallback).
+STEP_FIGURE_KEYS = {FASTEST_KEY: "fastest", STEP_P10_KEY: "p10"}
 #: How a check's outcome reads at the start of its message.
 STATUS_WORDS = MappingProxyType({True: "ok", False: "FAILED", None: "INCONCLUSIVE"})
 #: One line per reason a rule or the evaluator can give.
@@ -168,7 +174,7 @@ class ArmSummary:
         figures: per-metric summaries (``median_<m>``, ``p5_<m>``, ``p95_<m>``).
         latency_key: the record key the latencies were read from: ``latency_ms`` (the
             specification's), ``uncontended_latency_ms`` (a policy's ``latency="uncontended"``)
-            or ``fastest_step_ms`` (``latency="fastest"``).
+            or ``fastest_step_ms`` (``latency="fastest"``) or ``step_p10_ms`` (``latency="p10"``).
         contended_runs: with ``uncontended_latency_ms``, how many successful attempts lacked it
             and are judged on their ``latency_ms`` instead (each still counts once); ``None``
             with ``latency_ms``.
@@ -201,9 +207,9 @@ class ArmSummary:
 
         With ``uncontended_latency_ms``, each successful attempt's latency is that key's value
         where the record has one (finite and > 0, else an ``InputError``), else its
-        ``latency_ms`` (counted in :attr:`contended_runs`). With ``fastest_step_ms``, every
-        successful record must have it (a :class:`MissingField` otherwise: a fastest step and a
-        median of steps are not one figure). The specification's functions always read
+        ``latency_ms`` (counted in :attr:`contended_runs`). With ``fastest_step_ms`` or
+        ``step_p10_ms``, every successful record must have it (a :class:`MissingField`
+        otherwise: a fastest step and a median of steps are not one figure). The specification's functions always read
         ``latency_ms``.
         """
         if any(type(_ok_flag(run)) is not bool for run in runs):
@@ -223,12 +229,12 @@ class ArmSummary:
             if not all(value is None or (check_finite(value, latency_key) and value > 0) for value in chosen):
                 raise InputError(f"{latency_key} of a successful run must be a finite number > 0")
             missing = sum(value is None for value in chosen)
-            if latency_key == FASTEST_KEY and missing:
+            if latency_key in STEP_FIGURE_KEYS and missing:
                 raise MissingField(
-                    f"{missing} of {len(chosen)} successful runs lack {FASTEST_KEY!r}, which latency='fastest' judges "
-                    "(the harness logs it from the measured steps; record it with step times, or judge with "
-                    "latency='raw', --latency raw)")
-            contended = missing if latency_key != FASTEST_KEY else None
+                    f"{missing} of {len(chosen)} successful runs lack {latency_key!r}, which "
+                    f"latency={STEP_FIGURE_KEYS[latency_key]!r} judges (the harness logs it from the measured steps; "
+                    "record it with step times, or judge with latency='raw', --latency raw)")
+            contended = missing if latency_key not in STEP_FIGURE_KEYS else None
             latencies = [raw if value is None else value for raw, value in zip(latencies, chosen)]
         if not all(check_finite(value, "quality") for value in qualities):
             raise ValueError("quality must be finite and scored by the same rule on every run")

@@ -12,7 +12,7 @@ from typing import Iterable
 from ._checks import decided, failure_notes, failure_rate_check, precondition, quality_check, tail_check
 from ._errors import RuleTypeError, check_finite, typed_inputs
 from ._policy import DEFAULT_THRESHOLDS, SPEC_THRESHOLDS, Policy, check_settings
-from ._records import FASTEST_KEY, ArmSummary, Check, Decision, ms, pct
+from ._records import FASTEST_KEY, STEP_P10_KEY, ArmSummary, Check, Decision, ms, pct
 from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._stats import nearest_rank
 
@@ -116,8 +116,10 @@ def latency_checks(b: ArmSummary, c: ArmSummary, policy: Policy) -> tuple[list[C
 
 def latency_words(latency_key: str) -> str:
     """How the seed method's messages name the figure they compare: ``"median"`` (of ``latency_ms``),
-    ``"median uncontended latency"`` or ``"median fastest step"``, by the arms' ``latency_key``."""
-    return {"uncontended_latency_ms": "median uncontended latency", FASTEST_KEY: "median fastest step"}.get(
+    ``"median uncontended latency"``, ``"median fastest step"`` or ``"median 10th-percentile step"``, by
+    the arms' ``latency_key``."""
+    return {"uncontended_latency_ms": "median uncontended latency", FASTEST_KEY: "median fastest step",
+            STEP_P10_KEY: "median 10th-percentile step"}.get(
         latency_key, "median")
 
 

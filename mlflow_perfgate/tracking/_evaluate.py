@@ -71,8 +71,9 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         policy: a :class:`~mlflow_perfgate.rules.Policy` instead of the options above (its
             objective is used as given).
         latency: ``raw`` (default: each attempt's ``latency_ms``), ``uncontended`` (its
-            ``uncontended_latency_ms`` where it has one) or ``fastest`` (its ``fastest_step_ms``,
-            the fastest measured step); see ``rules.Policy``.
+            ``uncontended_latency_ms`` where it has one), ``fastest`` (its ``fastest_step_ms``,
+            the fastest measured step) or ``p10`` (its ``step_p10_ms``, the 10th percentile of
+            its measured steps); see ``rules.Policy``.
         **thresholds: the specification's (``min_valid_runs``, ``min_improvement``,
             ``quality_tolerance``, ``maximum_failure_rate``, ``maximum_p95_ratio``) and the
             objectives' own (``min_memory_reduction``, ``maximum_latency_cost``).

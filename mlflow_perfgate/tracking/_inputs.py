@@ -17,6 +17,8 @@ from typing import Any
 
 from .. import rules
 from ..rules._errors import InputError
+from ..rules._records import STEP_P10_FRACTION
+from ..rules._stats import step_quantile
 from ._environment import ENV_TAG_PREFIX, commit_time as git_commit_time, fingerprint
 from ._schema import (
     ARMS,
@@ -216,7 +218,8 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
             raise InputError(f"metric {key!r} is the attempt's own field; pass it as {key}=... (step_times_ms "
                              "for the step history), not among the extra metrics")
         result.metrics[key] = _real(value, f"metric {key!r}",
-                                    positive=key in (METRIC.UNCONTENDED_LATENCY, METRIC.FASTEST_STEP))
+                                    positive=key in (METRIC.UNCONTENDED_LATENCY, METRIC.FASTEST_STEP,
+                                                     METRIC.STEP_P10))
     result.histories = _check_histories(histories, result.metrics)
     if step_times_ms is not None:
         if isinstance(step_times_ms, (str, bytes, dict, set, frozenset)) or not hasattr(step_times_ms, "__iter__"):
@@ -235,11 +238,22 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
             raise InputError(f"metric {METRIC.FASTEST_STEP!r} is the fastest of step_times_ms ({fastest!r}), "
                              f"got {given!r}; leave it out, it is written from the step times")
         result.metrics[METRIC.FASTEST_STEP] = fastest
-    fastest = result.metrics.get(METRIC.FASTEST_STEP)
-    if ok and fastest is not None and fastest > result.metrics[METRIC.LATENCY] * (1 + 1e-9):
-        raise InputError(f"metric {METRIC.FASTEST_STEP!r} ({fastest!r}) is above latency_ms "
-                         f"({result.metrics[METRIC.LATENCY]!r}): an attempt's fastest measured step cannot be slower "
-                         "than its typical one; give step_times_ms and it is written from them")
+        p10 = step_quantile(result.step_times_ms, STEP_P10_FRACTION)
+        given = result.metrics.get(METRIC.STEP_P10)
+        if given is not None and not math.isclose(given, p10, rel_tol=1e-9):
+            raise InputError(f"metric {METRIC.STEP_P10!r} is the 10th percentile of step_times_ms (Harrell-Davis, "
+                             f"{p10!r}), got {given!r}; leave it out, it is written from the step times")
+        result.metrics[METRIC.STEP_P10] = p10
+    # Given without step times, neither may exceed the typical step. (Written from the steps, the
+    # 10th percentile is a weighted mean of every step and can pass a median of tied steps.)
+    for key, words in ((METRIC.FASTEST_STEP, "fastest measured step"), (METRIC.STEP_P10, "10th-percentile step")):
+        value = result.metrics.get(key)
+        if key == METRIC.STEP_P10 and result.step_times_ms:
+            continue
+        if ok and value is not None and value > result.metrics[METRIC.LATENCY] * (1 + 1e-9):
+            raise InputError(f"metric {key!r} ({value!r}) is above latency_ms "
+                             f"({result.metrics[METRIC.LATENCY]!r}): an attempt's {words} cannot be slower "
+                             "than its typical one; give step_times_ms and it is written from them")
     result.tags.update(_validity_tags(validity))
     if tags is not None and not isinstance(tags, dict):
         raise InputError(f"tags must be a dict, got {type(tags).__name__}")

@@ -77,7 +77,7 @@ def decisions(experiment_name: str | None = None, group: str | None = None, suit
             "objective": tags.get(TAG.OBJECTIVE, "latency"),
             "method": tags.get(TAG.METHOD, "seed"),
             "mode": tags.get(TAG.MODE, "improvement"),
-            # the latency figure judged (raw, uncontended, fastest); decisions written before the
+            # the latency figure judged (raw, uncontended, fastest, p10); decisions written before the
             # option existed judged the raw one
             "latency": tags.get(TAG.LATENCY, "raw"),
             # the first release wrote these params without the perfgate. namespace

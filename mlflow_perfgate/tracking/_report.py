@@ -259,7 +259,8 @@ def fit_note(note: str) -> str:
 
 #: The words for a latency judged other than ``raw`` (the median of every measured step).
 _JUDGED = {"uncontended": "each attempt's median of its steps that barely waited for a CPU",
-           "fastest": "each attempt's fastest measured step"}
+           "fastest": "each attempt's fastest measured step",
+           "p10": "each attempt's 10th percentile of its measured steps (Harrell-Davis)"}
 
 
 #: What each plot shows: (file, label, unit, the attempt record's key, the summary lines (key, label, style)).
@@ -304,7 +305,8 @@ def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
         # the points are what was judged, as the median and P95 lines are
         judged = LATENCY_KEYS[result["latency"]]
         attempts = [{**a, key: a.get(judged, a.get(key))} for a in attempts]
-        label = {"uncontended": "uncontended latency", "fastest": "fastest step"}.get(result["latency"], label)
+        label = {"uncontended": "uncontended latency", "fastest": "fastest step",
+                 "p10": "10th-percentile step"}.get(result["latency"], label)
     not_ok = {arm: [a for a in attempts if a["arm"] == arm and not a.get("ok")] for arm in ARMS}
     lane = any(not_ok.values())
     fig = plt.figure(figsize=(7.5, 4.8 if lane else 4.2), layout="constrained")
@@ -392,7 +394,8 @@ def attempts_table(result: dict) -> dict:
     columns = ["run_id", "arm", "state", "ok", "latency_ms", "quality", "failure", "attempt_id"]
     columns += [name for name in dict.fromkeys(OBJECTIVES[o].metric for o in OBJECTIVES if OBJECTIVES[o].metric)
                 if any(name in a for a in attempts)]
-    columns += [name for name in ("uncontended_latency_ms", "fastest_step_ms", "wait_share", "runq_wait_ms")
+    columns += [name for name in ("uncontended_latency_ms", "fastest_step_ms", "step_p10_ms", "wait_share",
+                                  "runq_wait_ms")
                 if any(name in a for a in attempts)]
     return {c: [a.get(c) for a in attempts] for c in columns}
 

@@ -90,7 +90,7 @@ class TAG:
     #: On an attempt: ``measured`` when the kernel's contention figures were read around every
     #: measured step, ``unavailable: <why>`` where they cannot be (no /proc).
     CONTENTION_STATUS = "perfgate.contention_status"
-    #: On a decision run: which latency the rules judged, ``raw``, ``uncontended`` or ``fastest`` (the policy's).
+    #: On a decision run: which latency the rules judged, ``raw``, ``uncontended``, ``fastest`` or ``p10`` (the policy's).
     LATENCY = "perfgate.latency"
     DECISION = "perfgate.decision"
     REASON = "perfgate.reason"
@@ -188,6 +188,9 @@ class METRIC:
     #: A successful attempt's fastest measured step (the least of ``step_time_ms``), written with
     #: the step times. What ``--latency fastest`` judges.
     FASTEST_STEP = "fastest_step_ms"
+    #: A successful attempt's 10th percentile of ``step_time_ms`` (Harrell-Davis), written with
+    #: the step times. What ``--latency p10`` judges.
+    STEP_P10 = "step_p10_ms"
     #: History of a step-interleaved attempt: each measured step's position in its shared child's
     #: sequence of both arms' steps (A B B A ...).
     STEP_ORDER = "step_order"
