@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shlex
 import shutil
@@ -384,6 +383,8 @@ def compare(
                 f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
                 "comparison's attempts to them, or choose another --group")
         planned = keep_planned_repeats(held, base, candidate) if resume else None
+        from .rules._statistical import too_few_to_decide
+
         too_few = None if held["attempts"] else too_few_to_decide(policy, max_attempts if until_decisive else attempts)
         if too_few:  # a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
@@ -577,44 +578,6 @@ def candidate_change_and_reason(synthesis: dict, baseline: dict) -> tuple[dict |
         return None, (f"{hotspot} hotspot, but bf16 would be slower here ({why}); "
                       "look at the profile's top operators, or compare on hardware with native bf16")
     return None, "no strong signal: collect more evidence"
-
-
-def too_few_to_decide(policy, attempts: int) -> str | None:
-    """Why a statistical method can never accept with ``attempts`` per arm at its levels, or None.
-
-    The exact tests and intervals have a floor. In ``improvement`` mode an accept needs the
-    one-sided test below ``alpha``, and its smallest p-value is the paired method's ``2^-n``
-    over ``n`` complete rounds (:func:`rules._stats.min_pairs_signed_rank`: 6 at 0.02) or the
-    robust method's ``1 / C(2n, n)`` (:func:`rules._stats.min_attempts_mann_whitney`: 4). In
-    ``non_regression`` mode an accept needs the interval's upper bound, which exists from the
-    size at which :func:`rules._stats.signed_rank_interval_rank` (or ``interval_rank``) is at
-    least 1 at ``confidence`` (5 rounds, 3 per arm at 90%). Below the floor a comparison can
-    still reject (an interval that rules the change out, the tail test) or ask for a rerun; it
-    is run all the same (to check a pipeline, say), with this said first.
-    """
-    from .rules._stats import (interval_rank, min_attempts_mann_whitney, min_pairs_signed_rank,
-                               signed_rank_interval_rank)
-
-    if policy.method not in ("robust", "paired"):  # the seed method has no test, so no floor
-        return None
-    paired = policy.method == "paired"
-    unit = "complete ABBA rounds" if paired else "attempts per arm"
-    if policy.mode == "improvement":
-        need = min_pairs_signed_rank(policy.alpha) if paired else min_attempts_mann_whitney(policy.alpha)
-        smallest = f"1/{2 ** attempts}" if paired else f"1/{math.comb(2 * attempts, attempts)}"
-        why = (f"at alpha = {policy.alpha:g} its {'signed-rank' if paired else 'Mann-Whitney'} test needs at least "
-               f"{need} {unit} ({attempts} give a smallest p-value of {smallest})")
-    else:
-        need = 1
-        while need < 1000 and (signed_rank_interval_rank(need, policy.confidence) if paired
-                               else interval_rank(need, need, policy.confidence)) < 1:
-            need += 1
-        why = f"its {policy.confidence:.0%} interval has an upper bound only from {need} {unit}"
-    if attempts >= need:
-        return None
-    return (f"the {policy.method} method cannot accept with {attempts} attempt{'' if attempts == 1 else 's'} per arm: "
-            f"{why}, so this comparison can answer reject or rerun, never accept; pass --attempts {need} or more "
-            f"(attempts={need})")
 
 
 def compare_command(workload: str, plan: dict, attempts: int, experiment_name: str | None,

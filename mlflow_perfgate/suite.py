@@ -37,7 +37,7 @@ Entry keys: ``name`` (required, unique), ``workload``, ``set`` (the fixed condit
 ``objective``, ``method``, ``mode``, ``margin``, ``alpha``, ``confidence``, ``thresholds`` (a
 table of any registered threshold), ``attempts``, ``until_decisive``, ``max_attempts``,
 ``supervised``, ``timeout_s``, ``threads``, ``runner``, ``latency`` (``raw``, ``uncontended``,
-``fastest``: the figure the rules judge), ``interleave`` (within the entry, as ``compare
+``fastest``, ``p10``: the figure the rules judge), ``interleave`` (within the entry, as ``compare
 --interleave``: ``attempts``, or ``steps``: one child a round holding both arms, their measured
 steps interleaved; not the ``[suite]`` key, which orders the entries), ``env_mismatch``.
 
@@ -532,7 +532,8 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     """
     from tqdm import tqdm
 
-    from .harness import Terminated, _terminate_as_exception, too_few_to_decide
+    from .harness import Terminated, _terminate_as_exception
+    from .rules._statistical import too_few_to_decide
     from .tracking import end_run, sync
     from .tracking._evaluate import DEFAULT_STALE_AFTER_S
     from .tracking._suite import evaluate_suite, judge_entries

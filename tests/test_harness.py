@@ -231,7 +231,7 @@ def test_compare_says_first_when_its_method_cannot_decide_with_so_few_attempts(s
 
 
 def test_too_few_to_decide_knows_each_exact_test_s_floor():
-    from mlflow_perfgate.harness import too_few_to_decide
+    from mlflow_perfgate.rules._statistical import too_few_to_decide
 
     assert "Mann-Whitney test needs at least 4 attempts per arm (3 give a smallest p-value of 1/20)" in \
         too_few_to_decide(pg.rules.Policy(method="robust"), 3)
