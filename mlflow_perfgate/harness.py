@@ -392,6 +392,15 @@ def compare(
             if progress:
                 print(f"resuming group {group!r}: its attempts carry repeats={planned} (the comparison's planned "
                       f"size); this call adds {attempts} attempts per arm under that condition", file=sys.stderr)
+        if resume and held["attempts"]:
+            # Attempts a killed compare left RUNNING already count as failed (supervisor_died); end them
+            # so that the UI shows what the evaluator counts. Live ones, or another host's, are left.
+            from .tracking._maintenance import reap
+
+            ended = reap(float("inf"), experiment_name=experiment_name, group=group, attempts_only=True)
+            if ended:
+                print(f"resuming group {group!r}: ended {len(ended)} attempt run{'' if len(ended) == 1 else 's'} "
+                      "left RUNNING by a process that is gone (they count as failed attempts)", file=sys.stderr)
         if resume and held["comparison_run_id"]:
             comparison_id = held["comparison_run_id"]
         else:

@@ -365,6 +365,13 @@ class _Entry:
             from .harness import keep_planned_repeats
 
             keep_planned_repeats(held, self.arms["baseline"], self.arms["candidate"])
+        if resume and held["attempts"]:  # as compare --resume: end what a killed run left RUNNING
+            from .tracking._maintenance import reap
+
+            ended = reap(float("inf"), experiment_name=suite.experiment, group=spec.group, attempts_only=True)
+            if ended:
+                print(f"suite entry {spec.name!r}: ended {len(ended)} attempt run{'' if len(ended) == 1 else 's'} "
+                      "left RUNNING by a process that is gone (they count as failed attempts)", file=sys.stderr)
         if resume and held["comparison_run_id"]:
             self.comparison_id = held["comparison_run_id"]
         else:

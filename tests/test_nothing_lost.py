@@ -468,6 +468,41 @@ def test_an_attempt_whose_supervisor_died_is_a_failure_at_once(sqlite_uri):
     assert run.info.status == "KILLED" and run.data.tags[TAG.FAILURE].startswith("supervisor_died")
 
 
+def test_compare_resume_ends_the_attempts_a_killed_compare_left_running(sqlite_uri, capsys):
+    from mlflow_perfgate.harness import compare
+    from mlflow_perfgate.tracking import start_attempt
+    from mlflow_perfgate.tracking._environment import process_identity
+
+    first = compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="orphaned", supervised=False,
+                    progress=False, min_valid_runs=2, env_mismatch="warn")
+    client = MlflowClient()
+    params = client.get_run(first["run_ids"][1]).data.params
+    conditions = {k: v for k, v in params.items() if not k.startswith("perfgate.")}
+    gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        orphan = start_attempt("orphaned", client.get_run(first["run_ids"][1]).data.tags[TAG.ARM], conditions,
+                               parent_run_id=first["comparison_run_id"])
+        client.set_tag(orphan.run_id, TAG.SUPERVISOR, process_identity(gone.pid))
+        gone.kill()  # the compare that ran it was killed
+        gone.wait()
+        live = start_attempt("orphaned", "baseline", {k: v for k, v in client.get_run(
+            first["run_ids"][0]).data.params.items() if not k.startswith("perfgate.")})
+        client.set_tag(live.run_id, TAG.SUPERVISOR, process_identity(alive.pid))  # another compare, still going
+        again = compare("tinylm", TINY, {"checkpoint": True}, attempts=1, group="orphaned", supervised=False,
+                        progress=True, min_valid_runs=2, env_mismatch="warn", resume=True)
+        err = capsys.readouterr().err
+        assert "ended 1 attempt run left RUNNING by a process that is gone" in err
+        run = client.get_run(orphan.run_id)
+        assert run.info.status == "KILLED" and run.data.tags[TAG.FAILURE].startswith("supervisor_died")
+        assert client.get_run(live.run_id).info.status == "RUNNING"  # a live process's attempt is left alone
+        assert again["reason"] == "attempts_in_progress"  # and the answer waits for it
+        assert client.get_run(first["comparison_run_id"]).info.status != "KILLED"  # the comparison goes on
+    finally:
+        alive.kill()
+        alive.wait()
+
+
 # 11. written but not terminated ---------------------------------------------------------------------
 
 def test_a_run_written_but_not_terminated_is_its_outcome_everywhere(sqlite_uri):

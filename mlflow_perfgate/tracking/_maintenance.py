@@ -83,7 +83,8 @@ def sync() -> dict:
     return counts
 
 
-def reap(older_than_s: float, *, experiment_name: str | None = None, group: str | None = None) -> list[str]:
+def reap(older_than_s: float, *, experiment_name: str | None = None, group: str | None = None,
+         attempts_only: bool = False) -> list[str]:
     """End the runs left RUNNING by a process that is gone, so the UI shows what the evaluator counts.
 
     One search for RUNNING runs (of the group, or of the experiment), then by the evaluator's
@@ -94,7 +95,9 @@ def reap(older_than_s: float, *, experiment_name: str | None = None, group: str 
     - an attempt without an outcome, older than ``older_than_s`` or whose process is known to be
       gone (``supervisor_died``), ends KILLED with the reason as ``perfgate.failure``;
     - a comparison run left RUNNING by a killed ``compare``, older than ``older_than_s`` or
-      whose process is gone, ends KILLED with the reason as ``perfgate.end_reason``.
+      whose process is gone, ends KILLED with the reason as ``perfgate.end_reason`` (not with
+      ``attempts_only``: ``compare --resume`` reaps the attempts of the group it goes on with,
+      at ``older_than_s = inf``, and carries on its comparison run).
 
     Returns:
         The reaped run ids.
@@ -123,7 +126,7 @@ def reap(older_than_s: float, *, experiment_name: str | None = None, group: str 
                 status = RunStatus.KILLED
                 reason = failure if state == "crashed" else failure.replace("stale:", "reaped:", 1)
                 _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.FAILURE, clip(reason)))
-        elif kind == KIND_COMPARISON and TAG.DECISION not in tags:
+        elif kind == KIND_COMPARISON and TAG.DECISION not in tags and not attempts_only:
             alive = process_alive(tags.get(TAG.SUPERVISOR, ""))
             age_s = (now_ms - (run.info.start_time or now_ms)) / 1000
             if alive is False:
