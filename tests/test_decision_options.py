@@ -53,8 +53,13 @@ def test_environment_mismatch_fail_warn_ignore(sqlite_uri):
     pg.log_attempt("env", "candidate", CANDIDATE, latency_ms=89, quality=0.895, environment={"host": "b"})
     with pytest.raises(ValueError, match="different environments.*host: 'a' \\(10 runs\\), 'b' \\(1 runs\\)"):
         pg.evaluate_group("env")
-    assert pg.decisions().empty
+    empty = pg.decisions()
+    assert empty.empty
     warned = pg.evaluate_group("env", env_mismatch="warn")
+    # an empty result has a full one's figure and time dtypes (they were object)
+    full = pg.decisions()
+    for name in ("baseline_median_ms", "p_value", "start_time"):
+        assert empty[name].dtype == full[name].dtype, name
     assert any(w.startswith("environment differs: host") for w in warned["warnings"])
     assert "environment differs" in MlflowClient().get_run(warned["decision_run_id"]).data.tags[TAG.NOTE]
     assert pg.evaluate_group("env", env_mismatch="ignore")["warnings"] == []

@@ -92,7 +92,8 @@ def decisions(experiment_name: str | None = None, group: str | None = None, suit
             "start_time": pd.Timestamp(run.info.start_time, unit="ms", tz="UTC"),
         })
     frame = pd.DataFrame(rows, columns=decision_columns())
-    return frame.astype({name: "float64" for name in figures})
+    # the same dtypes whether or not any decision was found (an empty frame's are object)
+    return frame.astype({**{name: "float64" for name in figures}, "start_time": "datetime64[ns, UTC]"})
 
 
 
