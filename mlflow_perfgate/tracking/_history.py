@@ -117,9 +117,16 @@ class Benchmark:
         ties: dict[float, list] = {}
         for sample in samples:
             ties.setdefault(sample.order, []).append(sample)
+        known: dict[tuple[str, str], bool] = {}
+
+        def precedes(older, newer) -> bool:  # one git call per pair of tied revisions
+            pair = (older.revision, newer.revision)
+            if pair not in known:
+                known[pair] = bool(is_ancestor(older.revision, newer.revision, cwd))
+            return known[pair]
 
         def ancestors(sample) -> int:  # among the revisions that share its commit time
-            return sum(bool(is_ancestor(o.revision, sample.revision, cwd)) for o in ties[sample.order] if o is not sample)
+            return sum(precedes(o, sample) for o in ties[sample.order] if o is not sample)
 
         samples.sort(key=lambda sample: (sample.order, ancestors(sample) if len(ties[sample.order]) > 1 else 0))
         ordered: list[rules.RevisionSample] = []
@@ -127,11 +134,13 @@ class Benchmark:
         for sample in samples:  # git commit times are whole seconds: scripted commits share them
             tied = before.setdefault(sample.order, [])
             placed = sample
-            if tied and all(is_ancestor(other.revision, sample.revision, cwd) for other in tied):
+            # sorted by their ancestors among the tied, a line of descent holds when each follows the
+            # one before it (ancestry is transitive)
+            if tied and precedes(tied[-1], sample):
                 placed = dataclasses.replace(sample, order=sample.order + 1e-3 * len(tied))
             elif tied:
                 when = datetime.datetime.fromtimestamp(sample.order, datetime.timezone.utc).isoformat()
-                raise InputError(f"revisions {tied[0].revision!r} and {sample.revision!r} share the commit time "
+                raise InputError(f"revisions {tied[-1].revision!r} and {sample.revision!r} share the commit time "
                                  f"{sample.order:.0f} ({when}) and git here cannot order them (neither is an "
                                  "ancestor of the other, or they are not commits of this repository): the history "
                                  "needs one order per revision; run it in the repository that holds them, or "
