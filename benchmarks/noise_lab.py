@@ -35,12 +35,13 @@ What it does, in order:
    ``robust``, ``paired``) in ``improvement`` mode (``min_improvement`` 0.05, the default) and
    ``non_regression`` mode (``margin`` 0.05), and by the rules of asv and pyperf on the same
    windows (``asv_verdict``, ``pyperf_verdict``: how their outputs map to accept / reject /
-   rerun is written there). Each is judged three times: on ``raw`` latencies (``latency_ms``,
+   rerun is written there). Each is judged four times: on ``raw`` latencies (``latency_ms``,
    the median of the attempt's steps), on ``uncontended`` ones (the median of the steps whose
    wait share is at most ``--wait-bound`` 0.05; ``None``, and the attempt left out of the
    window, when fewer than half its steps are kept; its wall time still counts), both of them
-   and on ``fastest`` ones (the attempt's fastest measured step, ``fastest_step_ms``): all
-   three options of ``compare --latency``.
+   on ``fastest`` ones (the attempt's fastest measured step, ``fastest_step_ms``) and on
+   ``p10`` ones (the 10th percentile of its steps, Harrell-Davis, ``step_p10_ms``): all four
+   options of ``compare --latency``.
 4. **Prints**, first, the default it recommends for ``compare`` (the method and latency option
    that meet the targets best), then the targets (PASS/FAIL) of every method and option, then
    per condition the realised effects and a markdown table: false accept (identical arms,
@@ -361,7 +362,8 @@ def window_records(rows: Sequence[dict], latency: str) -> tuple[list[dict], list
 
     A failed attempt is a failed record (it stays in the failure rate); a successful one carries
     its ``latency`` figure (:func:`latency_of`: ``raw``: ``latency_ms``; ``uncontended``:
-    ``uncontended_latency_ms``; ``fastest``: its fastest step), its quality and its round as
+    ``uncontended_latency_ms``; ``fastest``: its fastest step; ``p10``: the 10th percentile of
+    its steps), its quality and its round as
     ``pair``. A successful attempt without the figure (no uncontended latency, no steps) is
     left out of the window (it ran, and its wall time counts, but it gives no figure).
     """

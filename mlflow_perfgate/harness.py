@@ -384,7 +384,9 @@ def compare(
                 "comparison's attempts to them, or choose another --group")
         planned = keep_planned_repeats(held, base, candidate) if resume else None
         from .rules._statistical import too_few_to_decide
+        from .rules._stats import preload_step_quantile
 
+        preload_step_quantile()  # each attempt's p10 is computed as it is written
         too_few = None if held["attempts"] else too_few_to_decide(policy, max_attempts if until_decisive else attempts)
         if too_few:  # a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
@@ -394,13 +396,15 @@ def compare(
                       f"size); this call adds {attempts} attempts per arm under that condition", file=sys.stderr)
         if resume and held["attempts"]:
             # Attempts a killed compare left RUNNING already count as failed (supervisor_died); end them
-            # so that the UI shows what the evaluator counts. Live ones, or another host's, are left.
+            # so that the UI shows what the evaluator counts. Live ones, another host's, and those whose
+            # outcome waits in this host's journal (for sync) are left.
             from .tracking._maintenance import reap
 
             ended = reap(float("inf"), experiment_name=experiment_name, group=group, attempts_only=True)
             if ended:
                 print(f"resuming group {group!r}: ended {len(ended)} attempt run{'' if len(ended) == 1 else 's'} "
-                      "left RUNNING by a process that is gone (they count as failed attempts)", file=sys.stderr)
+                      "left RUNNING by a process that is gone (as the evaluator counts them: "
+                      "KILLED without an outcome, else as their outcome says)", file=sys.stderr)
         if resume and held["comparison_run_id"]:
             comparison_id = held["comparison_run_id"]
         else:

@@ -371,7 +371,8 @@ class _Entry:
             ended = reap(float("inf"), experiment_name=suite.experiment, group=spec.group, attempts_only=True)
             if ended:
                 print(f"suite entry {spec.name!r}: ended {len(ended)} attempt run{'' if len(ended) == 1 else 's'} "
-                      "left RUNNING by a process that is gone (they count as failed attempts)", file=sys.stderr)
+                      "left RUNNING by a process that is gone (as the evaluator counts them: "
+                      "KILLED without an outcome, else as their outcome says)", file=sys.stderr)
         if resume and held["comparison_run_id"]:
             self.comparison_id = held["comparison_run_id"]
         else:
@@ -541,6 +542,7 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
 
     from .harness import Terminated, _terminate_as_exception
     from .rules._statistical import too_few_to_decide
+    from .rules._stats import preload_step_quantile
     from .tracking import end_run, sync
     from .tracking._evaluate import DEFAULT_STALE_AFTER_S
     from .tracking._suite import evaluate_suite, judge_entries
@@ -552,6 +554,7 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
         too_few = too_few_to_decide(entry.policy, planned) if entry.runs and not resume else None
         if too_few:
             print(f"warning: suite entry {entry.name!r}: {too_few}", file=sys.stderr)
+    preload_step_quantile()  # each attempt's p10 is computed as it is written, between attempts
     runners = _Runners()
     running: list[_Entry] = []
     outcomes: dict[str, dict] = {}

@@ -177,7 +177,7 @@ class ArmSummary:
             or ``fastest_step_ms`` (``latency="fastest"``) or ``step_p10_ms`` (``latency="p10"``).
         contended_runs: with ``uncontended_latency_ms``, how many successful attempts lacked it
             and are judged on their ``latency_ms`` instead (each still counts once); ``None``
-            with ``latency_ms``.
+            with ``latency_ms``, ``fastest_step_ms`` and ``step_p10_ms`` (no fallback).
     """
 
     attempted_runs: int
@@ -230,10 +230,12 @@ class ArmSummary:
                 raise InputError(f"{latency_key} of a successful run must be a finite number > 0")
             missing = sum(value is None for value in chosen)
             if latency_key in STEP_FIGURE_KEYS and missing:
+                older = (" (attempts logged by an mlflow-perfgate without the p10 figure have step times but not "
+                         "it: judge them with latency='fastest')" if latency_key == STEP_P10_KEY else "")
                 raise MissingField(
                     f"{missing} of {len(chosen)} successful runs lack {latency_key!r}, which "
                     f"latency={STEP_FIGURE_KEYS[latency_key]!r} judges (the harness logs it from the measured steps; "
-                    "record it with step times, or judge with latency='raw', --latency raw)")
+                    f"record it with step times, or judge with latency='raw', --latency raw){older}")
             contended = missing if latency_key not in STEP_FIGURE_KEYS else None
             latencies = [raw if value is None else value for raw, value in zip(latencies, chosen)]
         if not all(check_finite(value, "quality") for value in qualities):

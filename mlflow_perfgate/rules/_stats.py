@@ -34,6 +34,7 @@ __all__ = [
     "signed_rank_interval_rank",
     "signed_rank_null_cdf",
     "signed_rank_test",
+    "preload_step_quantile",
     "step_quantile",
     "u_null_cdf",
     "walsh_averages",
@@ -311,6 +312,13 @@ def flag_contention(latencies, *, k: float = 3.5, min_excess: float = 0.25) -> l
     mad = MAD_TO_SIGMA * float(np.median(np.abs(logs - centre)))
     bar = centre + max(k * mad, math.log1p(min_excess))
     return [int(index) for index in np.flatnonzero(logs > bar)]
+
+
+def preload_step_quantile() -> None:
+    """Import what :func:`step_quantile` needs now: a comparison calls this before its first attempt,
+    so that the import does not fall between two attempts (in the process that runs them when
+    unsupervised)."""
+    import scipy.stats.mstats  # noqa: F401
 
 
 def step_quantile(step_times, fraction: float) -> float:

@@ -93,7 +93,9 @@ def reap(older_than_s: float, *, experiment_name: str | None = None, group: str 
     - an attempt whose outcome was written but whose run was never terminated ends FINISHED
       (ok) or FAILED (not ok), as its outcome says;
     - an attempt without an outcome, older than ``older_than_s`` or whose process is known to be
-      gone (``supervisor_died``), ends KILLED with the reason as ``perfgate.failure``;
+      gone (``supervisor_died``), ends KILLED with the reason as ``perfgate.failure``, unless this
+      host's journal holds its outcome (written while the store could not be reached): ``sync``
+      writes that onto the run, so it is left RUNNING for it;
     - a comparison run left RUNNING by a killed ``compare``, older than ``older_than_s`` or
       whose process is gone, ends KILLED with the reason as ``perfgate.end_reason`` (not with
       ``attempts_only``: ``compare --resume`` reaps the attempts of the group it goes on with,
@@ -110,6 +112,8 @@ def reap(older_than_s: float, *, experiment_name: str | None = None, group: str 
     filter_string = f"{group_filter(group)} AND {running}" if group is not None else running
     runs = _client.search_all(mlflow_client, [experiment_id], filter_string)
     now_ms = int(time.time() * 1000)
+    journaled = {entry["attempt_id"] for entry in _journal.pending(tracking_uri=mlflow_client.tracking_uri, group=group)
+                 if entry.get("type") == "attempt"}  # outcomes sync will write
     reaped = []
     for run in runs:
         tags, run_id = run.data.tags, run.info.run_id
@@ -118,7 +122,7 @@ def reap(older_than_s: float, *, experiment_name: str | None = None, group: str 
         kind = tags.get(TAG.KIND)
         if kind == KIND_ATTEMPT:
             state, failure = attempt_state(tags, run.info.status, run.info.start_time, now_ms, older_than_s)
-            if state == "running":
+            if state == "running" or (state in ("crashed", "stale") and tags.get(TAG.ATTEMPT_ID) in journaled):
                 continue
             if state in ("ok", "failed"):
                 status = RunStatus.FINISHED if state == "ok" else RunStatus.FAILED
