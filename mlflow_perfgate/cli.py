@@ -143,7 +143,8 @@ def decision_options(func):
                           "rerun with reason contention when more than half of an arm's attempts have none) or "
                           "fastest (its fastest measured step: what a busy neighbour disturbs least) or p10 (the "
                           "10th percentile of its measured steps, Harrell-Davis: the fastest few averaged, "
-                          "steadier than the fastest one with 20 or more steps)."),
+                          "steadier than the fastest one; with 30 steps a round, the suite's choice on a busy "
+                          "machine)."),
         *(_setting_option(setting) for setting in POLICY_SETTINGS),
         *(_setting_option(setting) for setting in threshold_settings().values()),
         click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",

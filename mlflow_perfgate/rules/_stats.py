@@ -329,8 +329,10 @@ def step_quantile(step_times, fraction: float) -> float:
     estimator", Biometrika 69(3), 635-640, 1982): ``scipy.stats.mstats.hdquantiles``. At the
     10th percentile (``latency="p10"``) it rests on the fastest few steps, where a busy
     neighbour, which only adds time, disturbs least, yet it averages over them where the
-    fastest step alone is one draw: in the noise lab (30 measured steps under busy neighbours)
-    its within-round spread was a third below the fastest step's. One step: that step.
+    fastest step alone is one draw: in the noise lab's step-interleaved rounds (30 measured steps
+    under busy neighbours) the spread of its within-round log ratio of identical arms was a
+    fifth to two fifths below the fastest step's (README, "10th-percentile step, measured").
+    One step: that step.
 
     Raises:
         InputError: no steps, a step time that is not finite and > 0, or ``fraction`` outside (0, 1).
