@@ -70,7 +70,7 @@ def test_an_attempt_without_its_10th_percentile_is_an_error_never_a_mixed_figure
     base = [{"ok": True, "latency_ms": 100.0, "quality": 0.9, "step_p10_ms": 98.0}] * 4
     base = base + [{"ok": True, "latency_ms": 100.0, "quality": 0.9}]
     cand = [{"ok": True, "latency_ms": 90.0, "quality": 0.9, "step_p10_ms": 88.0}] * 5
-    with pytest.raises(MissingField, match=r"1 of 5 successful runs lack 'step_p10_ms', which latency='p10'"):
+    with pytest.raises(MissingField, match=r"^baseline: 1 of 5 successful runs lack 'step_p10_ms', which latency='p10'"):
         rules.decide(base, cand, method="robust", latency="p10")
     decided = rules.decide(base[:4] + base[:1], cand, method="seed", latency="p10")
     assert "median 10th-percentile step 88 ms against baseline 98 ms" in decided["messages"]["improvement_ok"]
@@ -92,6 +92,9 @@ def test_log_attempt_writes_the_10th_percentile_from_the_step_times(sqlite_uri):
     # given without steps (a harness of one's own): positive, and not above the typical step
     with pytest.raises(InputError, match="must be"):
         pg.log_attempt("p10", "baseline", CONDITIONS, latency_ms=12.0, quality=0.9, metrics={"step_p10_ms": -1})
+    with pytest.raises(InputError, match="the fastest step cannot be slower than the 10th percentile"):
+        pg.log_attempt("p10", "baseline", CONDITIONS, latency_ms=10.0, quality=0.9,
+                       metrics={"step_p10_ms": 5.0, "fastest_step_ms": 8.0})
     with pytest.raises(InputError, match="10th-percentile step cannot be slower than its typical one"):
         pg.log_attempt("p10", "baseline", CONDITIONS, latency_ms=12.0, quality=0.9, metrics={"step_p10_ms": 20.0})
     # written from the steps it may pass a median of tied steps (every step has weight): still logged
@@ -144,3 +147,29 @@ def test_a_supervised_step_interleaved_round_logs_each_arm_s_10th_percentile(sql
         steps = [m.value for m in client.get_metric_history(run.info.run_id, "step_time_ms")]
         assert len(steps) == 4 and run.data.metrics["step_p10_ms"] == pytest.approx(harrell_davis(steps, 0.1))
     assert result["baseline"]["latency_key"] == "step_p10_ms"
+
+
+def test_the_suite_gate_tests_the_figure_the_entry_judged_not_the_raw_latency(sqlite_uri):
+    # found in review: the gate's boundary p-value was computed on latency_ms whatever the entry judged
+    from mlflow_perfgate.rules._suite import entry_evidence
+
+    rng = np.random.default_rng(11)
+    # the candidate's clean steps 30% slower; a neighbour stretched most of the baseline's steps and few of
+    # the candidate's, so the medians say the reverse
+    for arm, conditions, clean, busy in (("baseline", CONDITIONS, 100.0, 0.7), ("candidate", CANDIDATE, 130.0, 0.2)):
+        for pair in range(8):
+            steps = [float(clean * rng.uniform(1.0, 1.01) * (3.0 if rng.random() < busy else 1.0)) for _ in range(30)]
+            pg.log_attempt("p10-suite", arm, conditions, latency_ms=float(np.median(steps)), quality=0.9,
+                           step_times_ms=steps)
+    for latency in ("p10", "fastest", "raw"):
+        result = pg.evaluate_group("p10-suite", method="robust", mode="non_regression", latency=latency,
+                                   dry_run=True)
+        from_result = entry_evidence("e", result)
+        key = result["baseline"].get("latency_key", "latency_ms")
+        runs = {arm: [{"ok": True, "latency_ms": a[key], "quality": a["quality"]} for a in result["attempts"]
+                      if a["arm"] == arm] for arm in ("baseline", "candidate")}
+        by_hand = entry_evidence("e", result | {"baseline": {}, "latency": "raw"}, baseline_runs=runs["baseline"],
+                                 candidate_runs=runs["candidate"])
+        assert from_result.tests == by_hand.tests, latency
+    assert entry_evidence("e", pg.evaluate_group("p10-suite", method="robust", mode="non_regression",
+                                                 latency="p10", dry_run=True)).tests["no_regression_ok"] < 1e-3

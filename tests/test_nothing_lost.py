@@ -476,6 +476,29 @@ def test_an_attempt_whose_supervisor_died_is_a_failure_at_once(sqlite_uri):
     assert run.info.status == "KILLED" and run.data.tags[TAG.FAILURE].startswith("supervisor_died")
 
 
+def test_reap_never_ends_a_live_process_s_run_for_its_age_and_ends_a_dead_suite_s(sqlite_uri):
+    # found by a hostile run: reap --older-than 1s ended a live attempt, whose outcome then landed beside
+    # the failure; and a killed suite run stayed RUNNING for ever
+    from mlflow_perfgate.tracking import start_attempt
+    from mlflow_perfgate.tracking._environment import process_identity
+    from mlflow_perfgate.tracking._suite import start_suite
+
+    client = MlflowClient()
+    live = start_attempt("alive", "baseline", CONDITIONS)  # this process runs it
+    time.sleep(0.05)
+    assert reap(1e-3, group="alive") == []
+    assert client.get_run(live.run_id).info.status == "RUNNING"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    suite_run = start_suite("killed-suite")
+    client.set_tag(suite_run, TAG.SUPERVISOR, process_identity(child.pid))
+    assert suite_run not in reap(1e-3)  # its process is alive: left, whatever its age
+    child.kill()
+    child.wait()
+    assert suite_run in reap(3600)
+    run = client.get_run(suite_run)
+    assert run.info.status == "KILLED" and run.data.tags[TAG.END_REASON].startswith("supervisor_died: the suite run")
+
+
 def test_compare_resume_ends_the_attempts_a_killed_compare_left_running(sqlite_uri, capsys):
     from mlflow_perfgate.harness import compare
     from mlflow_perfgate.tracking import start_attempt

@@ -18,7 +18,7 @@ def test_checkpointing_accepted_on_memory_and_rejected_on_latency(sqlite_uri):
                      objective="memory", min_valid_runs=3, maximum_latency_cost=10.0, env_mismatch="warn")
     assert memory["objective"] == "memory"
     assert memory["memory_reduction"] >= 0.10, memory["messages"]
-    assert memory["decision"] == "accept", memory["messages"]
+    assert memory["decision"] == "accept", (memory["reason"], memory["failed_checks"], memory["messages"])
     latency = pg.evaluate_group(memory["group"], objective="latency", min_valid_runs=3, env_mismatch="warn")
     assert latency["decision"] == "reject" and "improvement_ok" in latency["failed_checks"]
     assert latency["decision_run_id"] != memory["decision_run_id"]

@@ -226,6 +226,8 @@ change = {{checkpoint = true}}
     row = pg.decisions(experiment_name=EXPERIMENT, suite="steps").iloc[0]
     assert (row["method"], row["latency"]) == ("paired", "p10")  # the README's shared-machine suite
     client = MlflowClient()
+    suite_run = client.get_run(client.get_run(row["run_id"]).data.tags["perfgate.suite_run"])
+    assert "| latency (p10), paired, non_regression |" in suite_run.data.tags["mlflow.note.content"]
     attempts = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id],
                                   "tags.\"perfgate.kind\" = 'attempt' and tags.\"perfgate.group\" = 'steps/checkpoint'")
     rounds = {}

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from ._checks import contention_check, contention_flags
-from ._errors import typed_inputs
+from ._errors import MissingField, typed_inputs
 from ._policy import Policy
 from ._records import ArmSummary, Decision
 from ._registry import METHODS, OBJECTIVES, Method
@@ -77,8 +77,13 @@ def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: in
             statistical methods spend their error rates across the looks.
     """
     objective = OBJECTIVES[policy.objective]
-    b = ArmSummary.from_runs(baseline_runs, objective.metrics, policy.latency_key)
-    c = ArmSummary.from_runs(candidate_runs, objective.metrics, policy.latency_key)
+    summaries = []
+    for arm, runs in (("baseline", baseline_runs), ("candidate", candidate_runs)):
+        try:
+            summaries.append(ArmSummary.from_runs(runs, objective.metrics, policy.latency_key))
+        except MissingField as exc:  # say which arm: the other may hold the figure
+            raise MissingField(f"{arm}: {exc}") from None
+    b, c = summaries
 
     def rule(name: str) -> Decision:
         made = METHODS[name].rule(b, c, policy, objective, look=look, max_looks=max_looks)

@@ -230,8 +230,9 @@ class ArmSummary:
                 raise InputError(f"{latency_key} of a successful run must be a finite number > 0")
             missing = sum(value is None for value in chosen)
             if latency_key in STEP_FIGURE_KEYS and missing:
-                older = (" (attempts logged by an mlflow-perfgate without the p10 figure have step times but not "
-                         "it: judge them with latency='fastest')" if latency_key == STEP_P10_KEY else "")
+                older = (" (attempts logged with step times by an mlflow-perfgate without the p10 figure have "
+                         "their fastest step: those can be judged with latency='fastest')"
+                         if latency_key == STEP_P10_KEY else "")
                 raise MissingField(
                     f"{missing} of {len(chosen)} successful runs lack {latency_key!r}, which "
                     f"latency={STEP_FIGURE_KEYS[latency_key]!r} judges (the harness logs it from the measured steps; "

@@ -91,7 +91,7 @@ import numpy as np
 
 from ._checks import REL_TOL, above
 from ._errors import InputError, PolicyError, RuleTypeError, check_finite
-from ._policy import Setting, check_settings
+from ._policy import LATENCY_KEYS, Setting, check_settings
 from ._records import VERDICTS, ArmSummary, Decision
 
 __all__ = [
@@ -501,20 +501,23 @@ def _tail_p_value(figures: Mapping[str, Any], maximum_p95_ratio: float | None) -
 # --- evidence from a decision ----------------------------------------------------------------------
 
 
-def _summaries_from_attempts(attempts: Iterable[Mapping]) -> tuple[ArmSummary, ArmSummary]:
+def _summaries_from_attempts(attempts: Iterable[Mapping], latency_key: str = "latency_ms") -> tuple[ArmSummary, ArmSummary]:
     arms: dict[str, list[dict]] = {"baseline": [], "candidate": []}
     for attempt in attempts:
         if attempt.get("state") in ("running", "excluded") or attempt.get("arm") not in arms:
             continue
         record = {"ok": bool(attempt.get("ok")), "latency_ms": attempt.get("latency_ms"),
                   "quality": attempt.get("quality"), "failure": attempt.get("failure")}
+        if latency_key != "latency_ms" and attempt.get(latency_key) is not None:
+            record[latency_key] = attempt[latency_key]
         if type(attempt.get("pair")) is int:
             record["pair"] = attempt["pair"]
         if not record["ok"]:
             record = {"ok": False, "failure": record["failure"] or "unspecified",
                       **({"pair": record["pair"]} if "pair" in record else {})}
         arms[attempt["arm"]].append(record)
-    return ArmSummary.from_runs(arms["baseline"]), ArmSummary.from_runs(arms["candidate"])
+    return (ArmSummary.from_runs(arms["baseline"], latency_key=latency_key),
+            ArmSummary.from_runs(arms["candidate"], latency_key=latency_key))
 
 
 def entry_evidence(name: str, decision: Decision | Mapping[str, Any], *, baseline_runs: list | None = None,
@@ -533,8 +536,10 @@ def entry_evidence(name: str, decision: Decision | Mapping[str, Any], *, baselin
     Returns:
         The evidence: for a latency entry judged by ``robust`` or ``paired``, the p-values of its
         main check (:func:`boundary_p_value`, against the boundary its rule used) and of its
-        tail test; for an entry of another objective, uncontrolled (no p-value). An entry whose
-        rule stopped before its checks has p = 1 for both tests.
+        tail test, computed on the latency figure its rule judged (the records' key of the
+        result's ``latency_key``: a ``fastest`` or ``p10`` entry is tested on those figures, never
+        on ``latency_ms``); for an entry of another objective, uncontrolled (no p-value). An
+        entry whose rule stopped before its checks has p = 1 for both tests.
 
     Raises:
         PolicyError: a latency entry judged by ``seed`` (it has no p-value: use robust or paired).
@@ -553,10 +558,14 @@ def entry_evidence(name: str, decision: Decision | Mapping[str, Any], *, baselin
         figures = dict(decision)
         maximum_p95_ratio = decision.get("maximum_p95_ratio",
                                          (decision.get("thresholds") or {}).get("maximum_p95_ratio"))
+        # the figure the entry's rule judged (fastest step, p10, ...), so the gate tests what the entry did
+        latency_key = ((decision.get("baseline") or {}).get("latency_key")
+                       or LATENCY_KEYS.get(decision.get("latency") or "raw", "latency_ms"))
         if baseline_runs is not None or candidate_runs is not None:
-            b, c = ArmSummary.from_runs(baseline_runs or []), ArmSummary.from_runs(candidate_runs or [])
+            b = ArmSummary.from_runs(baseline_runs or [], latency_key=latency_key)
+            c = ArmSummary.from_runs(candidate_runs or [], latency_key=latency_key)
         elif "attempts" in decision:
-            b, c = _summaries_from_attempts(decision["attempts"])
+            b, c = _summaries_from_attempts(decision["attempts"], latency_key)
         else:
             b = c = None
     else:

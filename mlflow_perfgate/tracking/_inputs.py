@@ -246,6 +246,12 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
         result.metrics[METRIC.STEP_P10] = p10
     # Given without step times, neither may exceed the typical step. (Written from the steps, the
     # 10th percentile is a weighted mean of every step and can pass a median of tied steps.)
+    given_p10, given_fastest = result.metrics.get(METRIC.STEP_P10), result.metrics.get(METRIC.FASTEST_STEP)
+    if ok and not result.step_times_ms and given_p10 is not None and given_fastest is not None \
+            and given_fastest > given_p10 * (1 + 1e-9):
+        raise InputError(f"metric {METRIC.FASTEST_STEP!r} ({given_fastest!r}) is above {METRIC.STEP_P10!r} "
+                         f"({given_p10!r}): the fastest step cannot be slower than the 10th percentile of the steps; "
+                         "give step_times_ms and both are written from them")
     for key, words in ((METRIC.FASTEST_STEP, "fastest measured step"), (METRIC.STEP_P10, "10th-percentile step")):
         value = result.metrics.get(key)
         if key == METRIC.STEP_P10 and result.step_times_ms:

@@ -12,7 +12,7 @@ from . import _client, _journal
 from ._attempts import _experiment_env, clip, write_payload
 from ._environment import process_alive
 from ._group import attempt_state, group_filter
-from ._schema import KIND_ATTEMPT, KIND_COMPARISON, TAG
+from ._schema import KIND_ATTEMPT, KIND_COMPARISON, KIND_SUITE, TAG
 
 __all__ = ["abandon", "forget", "parse_duration", "reap", "sync"]
 
@@ -96,10 +96,14 @@ def reap(older_than_s: float, *, experiment_name: str | None = None, group: str 
       gone (``supervisor_died``), ends KILLED with the reason as ``perfgate.failure``, unless this
       host's journal holds its outcome (written while the store could not be reached): ``sync``
       writes that onto the run, so it is left RUNNING for it;
-    - a comparison run left RUNNING by a killed ``compare``, older than ``older_than_s`` or
-      whose process is gone, ends KILLED with the reason as ``perfgate.end_reason`` (not with
+    - a comparison run left RUNNING by a killed ``compare`` (or a suite run by a killed ``suite
+      run``), older than ``older_than_s`` or whose process is gone, ends KILLED with the reason as
+      ``perfgate.end_reason`` (not with
       ``attempts_only``: ``compare --resume`` reaps the attempts of the group it goes on with,
       at ``older_than_s = inf``, and carries on its comparison run).
+
+    A run whose process this host sees alive is never ended for its age: it is still at work
+    (a long attempt, a long suite), and ending it would leave an outcome beside a failure.
 
     Returns:
         The reaped run ids.
@@ -124,18 +128,21 @@ def reap(older_than_s: float, *, experiment_name: str | None = None, group: str 
             state, failure = attempt_state(tags, run.info.status, run.info.start_time, now_ms, older_than_s)
             if state == "running" or (state in ("crashed", "stale") and tags.get(TAG.ATTEMPT_ID) in journaled):
                 continue
+            if state == "stale" and process_alive(tags.get(TAG.SUPERVISOR, "")) is True:
+                continue  # old, but its process still runs it
             if state in ("ok", "failed"):
                 status = RunStatus.FINISHED if state == "ok" else RunStatus.FAILED
             else:
                 status = RunStatus.KILLED
                 reason = failure if state == "crashed" else failure.replace("stale:", "reaped:", 1)
                 _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.FAILURE, clip(reason)))
-        elif kind == KIND_COMPARISON and TAG.DECISION not in tags and not attempts_only:
+        elif kind in (KIND_COMPARISON, KIND_SUITE) and TAG.DECISION not in tags and not attempts_only:
             alive = process_alive(tags.get(TAG.SUPERVISOR, ""))
             age_s = (now_ms - (run.info.start_time or now_ms)) / 1000
             if alive is False:
-                reason = "supervisor_died: the compare that ran it ended before its decision"
-            elif age_s > older_than_s:
+                what = "compare" if kind == KIND_COMPARISON else "suite run"
+                reason = f"supervisor_died: the {what} that ran it ended before its decision"
+            elif alive is None and age_s > older_than_s:
                 reason = f"reaped: RUNNING for {age_s:.0f} s (limit {older_than_s:.0f} s) without a decision"
             else:
                 continue

@@ -180,6 +180,8 @@ def _summary(name: str, items: list[SuiteItem], results: list[dict], gate: Suite
         entries.append({**entry.to_dict(), "group": item.group, "decision_run_id": result.get("decision_run_id"),
                         "decision_run_url": result.get("decision_run_url"), "view_url": result.get("view_url"),
                         "changed_variable": result.get("changed_variable"),
+                        # the latency figure judged (raw, uncontended, fastest, p10), latency entries only
+                        "latency": result.get("latency") if entry.evidence.objective == "latency" else None,
                         "baseline_value": result.get("baseline_value"),
                         "candidate_value": result.get("candidate_value")})
     return {"suite": name, **{k: v for k, v in gate.to_dict().items() if k != "entries"}, "entries": entries,
@@ -324,7 +326,10 @@ def suite_markdown(summary: dict) -> str:
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for entry in summary["entries"]:
         main = next((check for check in entry["p_values"] if check != "p95_ok"), None)
-        how = f"{entry['objective']}, {entry['method']}, {entry['mode']}"
+        objective = entry["objective"]
+        if entry.get("latency") not in (None, "raw"):
+            objective += f" ({entry['latency']})"  # the figure judged, where it is not the median step
+        how = f"{objective}, {entry['method']}, {entry['mode']}"
         if entry.get("look") is not None:
             how += f", look {entry['look']}/{entry['max_looks']}"
         figures = entry.get("figures") or {}
