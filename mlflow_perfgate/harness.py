@@ -99,6 +99,25 @@ def keep_planned_repeats(held: dict, *arms: dict) -> str | None:
     return planned
 
 
+def end_left_running(group: str, experiment_name: str | None, who: str) -> list[str]:
+    """On a resume, end the group's attempts a killed run left RUNNING; the ended run ids.
+
+    They already count as failed (``supervisor_died``); ending them makes the UI show what the
+    evaluator counts. :func:`~mlflow_perfgate.tracking._maintenance.reap` at an infinite age,
+    attempts only (the comparison run the resume goes on with is left), so a live process's
+    attempt, another host's and one whose outcome waits in this host's journal are left too.
+    ``who`` starts the line said on stderr when any was ended.
+    """
+    from .tracking._maintenance import reap
+
+    ended = reap(float("inf"), experiment_name=experiment_name, group=group, attempts_only=True)
+    if ended:
+        print(f"{who}: ended {len(ended)} attempt run{'' if len(ended) == 1 else 's'} left RUNNING by a process "
+              "that is gone (as the evaluator counts them: KILLED without an outcome, else as their outcome says)",
+              file=sys.stderr)
+    return ended
+
+
 def _base_conditions(workload: str, conditions: dict, attempts: int) -> dict:
     base = dict(DEFAULT_CONDITIONS) if workload == "tinylm" else {}
     base.update(conditions)
@@ -395,16 +414,7 @@ def compare(
                 print(f"resuming group {group!r}: its attempts carry repeats={planned} (the comparison's planned "
                       f"size); this call adds {attempts} attempts per arm under that condition", file=sys.stderr)
         if resume and held["attempts"]:
-            # Attempts a killed compare left RUNNING already count as failed (supervisor_died); end them
-            # so that the UI shows what the evaluator counts. Live ones, another host's, and those whose
-            # outcome waits in this host's journal (for sync) are left.
-            from .tracking._maintenance import reap
-
-            ended = reap(float("inf"), experiment_name=experiment_name, group=group, attempts_only=True)
-            if ended:
-                print(f"resuming group {group!r}: ended {len(ended)} attempt run{'' if len(ended) == 1 else 's'} "
-                      "left RUNNING by a process that is gone (as the evaluator counts them: "
-                      "KILLED without an outcome, else as their outcome says)", file=sys.stderr)
+            end_left_running(group, experiment_name, f"resuming group {group!r}")
         if resume and held["comparison_run_id"]:
             comparison_id = held["comparison_run_id"]
         else:

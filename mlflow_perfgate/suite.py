@@ -362,17 +362,11 @@ class _Entry:
                 f"suite entry {spec.name!r}: group {spec.group!r} already holds {held['attempts']} attempts; pass "
                 "--resume to add to them, or run the suite under another --name")
         if resume:  # the added attempts keep the comparison's planned size, whatever attempts says now
-            from .harness import keep_planned_repeats
+            from .harness import end_left_running, keep_planned_repeats
 
             keep_planned_repeats(held, self.arms["baseline"], self.arms["candidate"])
-        if resume and held["attempts"]:  # as compare --resume: end what a killed run left RUNNING
-            from .tracking._maintenance import reap
-
-            ended = reap(float("inf"), experiment_name=suite.experiment, group=spec.group, attempts_only=True)
-            if ended:
-                print(f"suite entry {spec.name!r}: ended {len(ended)} attempt run{'' if len(ended) == 1 else 's'} "
-                      "left RUNNING by a process that is gone (as the evaluator counts them: "
-                      "KILLED without an outcome, else as their outcome says)", file=sys.stderr)
+            if held["attempts"]:  # as compare --resume: end what a killed run left RUNNING
+                end_left_running(spec.group, suite.experiment, f"suite entry {spec.name!r}")
         if resume and held["comparison_run_id"]:
             self.comparison_id = held["comparison_run_id"]
         else:
