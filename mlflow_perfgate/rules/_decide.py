@@ -72,7 +72,8 @@ def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: in
             ``failure``, the objective's metric, ``pair``).
         policy: how to decide; its ``latency`` says which latency of each attempt is judged
             (``raw``: ``latency_ms``; ``uncontended``: ``uncontended_latency_ms`` where an
-            attempt has it, see :func:`uncontended`; ``fastest``: ``fastest_step_ms``; ``p10``: ``step_p10_ms``).
+            attempt has it, see :func:`uncontended`; ``fastest``: ``fastest_step_ms``; ``p10``:
+            ``step_p10_ms``).
         look, max_looks: the look of a sequential comparison (``compare --until-decisive``);
             statistical methods spend their error rates across the looks.
     """
@@ -125,7 +126,8 @@ def decide(baseline_runs: list, candidate_runs: list, *, objective: str = "laten
       mode, the specification-style rule on the objective's figure).
     - ``latency="uncontended"``: the rules judge each attempt's ``uncontended_latency_ms`` where
       it has one (see :func:`judge`); ``latency="fastest"`` each attempt's ``fastest_step_ms``
-      and ``latency="p10"`` its ``step_p10_ms`` (every successful attempt must have it); ``raw`` (default) judges ``latency_ms``.
+      and ``latency="p10"`` its ``step_p10_ms`` (every successful attempt must have it); ``raw``
+      (default) judges ``latency_ms``.
 
     A thin wrapper of :func:`judge` with a :class:`Policy` made of the keyword arguments
     (``None`` means the default).

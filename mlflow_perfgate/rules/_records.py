@@ -209,8 +209,8 @@ class ArmSummary:
         where the record has one (finite and > 0, else an ``InputError``), else its
         ``latency_ms`` (counted in :attr:`contended_runs`). With ``fastest_step_ms`` or
         ``step_p10_ms``, every successful record must have it (a :class:`MissingField`
-        otherwise: a fastest step and a median of steps are not one figure). The specification's functions always read
-        ``latency_ms``.
+        otherwise: a fastest step and a median of steps are not one figure). The specification's
+        functions always read ``latency_ms``.
         """
         if any(type(_ok_flag(run)) is not bool for run in runs):
             raise ValueError("every run must declare a boolean 'ok' (True or False)")

@@ -501,7 +501,8 @@ def _tail_p_value(figures: Mapping[str, Any], maximum_p95_ratio: float | None) -
 # --- evidence from a decision ----------------------------------------------------------------------
 
 
-def _summaries_from_attempts(attempts: Iterable[Mapping], latency_key: str = "latency_ms") -> tuple[ArmSummary, ArmSummary]:
+def _summaries_from_attempts(attempts: Iterable[Mapping],
+                             latency_key: str = "latency_ms") -> tuple[ArmSummary, ArmSummary]:
     arms: dict[str, list[dict]] = {"baseline": [], "candidate": []}
     for attempt in attempts:
         if attempt.get("state") in ("running", "excluded") or attempt.get("arm") not in arms:

@@ -533,7 +533,8 @@ def analyze(*, experiment_name: str | None = None, benchmark: str | None = None,
         floor = rules.permutation_floor(len(samples), **{key: used[key] for key in
                                                           ("alpha", "min_segment", "permutations", "seed")})
         if floor is None or floor > used["alpha"]:
-            shown = "it cannot split at all" if floor is None else f"even a clean step in the middle gives p = {floor:.3g}"
+            shown = ("it cannot split at all" if floor is None
+                     else f"even a clean step in the middle gives p = {floor:.3g}")
             warnings.append(f"with {len(samples)} revisions the permutation test cannot find a latency change at "
                             f"alpha = {used['alpha']:g} ({shown}): pass --test t (it assumes normal log medians), a "
                             "larger --alpha, or record more revisions")

@@ -90,7 +90,8 @@ class TAG:
     #: On an attempt: ``measured`` when the kernel's contention figures were read around every
     #: measured step, ``unavailable: <why>`` where they cannot be (no /proc).
     CONTENTION_STATUS = "perfgate.contention_status"
-    #: On a decision run: which latency the rules judged, ``raw``, ``uncontended``, ``fastest`` or ``p10`` (the policy's).
+    #: On a decision run: which latency the rules judged, ``raw``, ``uncontended``, ``fastest`` or
+    #: ``p10`` (the policy's).
     LATENCY = "perfgate.latency"
     DECISION = "perfgate.decision"
     REASON = "perfgate.reason"
