@@ -489,11 +489,13 @@ def test_reap_never_ends_a_live_process_s_run_for_its_age_and_ends_a_dead_suite_
     assert reap(1e-3, group="alive") == []
     assert client.get_run(live.run_id).info.status == "RUNNING"
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    suite_run = start_suite("killed-suite")
-    client.set_tag(suite_run, TAG.SUPERVISOR, process_identity(child.pid))
-    assert suite_run not in reap(1e-3)  # its process is alive: left, whatever its age
-    child.kill()
-    child.wait()
+    try:
+        suite_run = start_suite("killed-suite")
+        client.set_tag(suite_run, TAG.SUPERVISOR, process_identity(child.pid))
+        assert suite_run not in reap(1e-3)  # its process is alive: left, whatever its age
+    finally:
+        child.kill()
+        child.wait()
     assert suite_run in reap(3600)
     run = client.get_run(suite_run)
     assert run.info.status == "KILLED" and run.data.tags[TAG.END_REASON].startswith("supervisor_died: the suite run")
