@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
 from ._errors import InputError, MissingField, RuleTypeError, check_finite
+from ._policy import LATENCY_KEYS
 from ._stats import nearest_rank
 
 __all__ = [
@@ -36,13 +37,14 @@ __all__ = [
 #: The four answers, in the order of the gate's exit codes' meaning.
 VERDICTS = ("accept", "reject", "rerun", "blocked_by_correctness")
 #: The record key of an attempt's fastest measured step (a policy's ``latency="fastest"``).
-FASTEST_KEY = "fastest_step_ms"
+FASTEST_KEY = LATENCY_KEYS["fastest"]
 #: The record key of the 10th percentile of an attempt's measured steps (``latency="p10"``).
-STEP_P10_KEY = "step_p10_ms"
+STEP_P10_KEY = LATENCY_KEYS["p10"]
 #: The quantile of the measured steps :data:`STEP_P10_KEY` estimates.
 STEP_P10_FRACTION = 0.1
-#: Latency keys every successful record must carry when judged (figures of the steps: no fallback).
-STEP_FIGURE_KEYS = {FASTEST_KEY: "fastest", STEP_P10_KEY: "p10"}
+#: Latency keys every successful record must carry when judged (figures of the steps: no
+#: fallback), with the policy's name of each.
+STEP_FIGURE_KEYS = {LATENCY_KEYS[option]: option for option in ("fastest", "p10")}
 #: How a check's outcome reads at the start of its message.
 STATUS_WORDS = MappingProxyType({True: "ok", False: "FAILED", None: "INCONCLUSIVE"})
 #: One line per reason a rule or the evaluator can give.
