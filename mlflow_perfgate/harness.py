@@ -406,7 +406,8 @@ def compare(
         from .rules._stats import preload_step_quantile
 
         preload_step_quantile()  # each attempt's p10 is computed as it is written
-        too_few = None if held["attempts"] else too_few_to_decide(policy, max_attempts if until_decisive else attempts)
+        too_few = None if held["attempts"] else too_few_to_decide(policy, max_attempts if until_decisive else attempts,
+                                                                sequential=until_decisive)
         if too_few:  # a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
         if planned is not None:

@@ -545,7 +545,8 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     suite_run_id = start(suite, parent_run_id=parent_run_id)
     for entry in suite.entries:  # as compare says it: an entry planned below its method's floor
         planned = entry.max_attempts if entry.until_decisive else entry.attempts
-        too_few = too_few_to_decide(entry.policy, planned) if entry.runs and not resume else None
+        too_few = (too_few_to_decide(entry.policy, planned, sequential=entry.until_decisive)
+                   if entry.runs and not resume else None)
         if too_few:
             print(f"warning: suite entry {entry.name!r}: {too_few}", file=sys.stderr)
     preload_step_quantile()  # each attempt's p10 is computed as it is written, between attempts

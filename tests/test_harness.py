@@ -224,10 +224,10 @@ def test_compare_says_first_when_its_method_cannot_decide_with_so_few_attempts(s
     result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False,
                      supervised=False, min_valid_runs=2, interleave="steps", method="paired")
     err = capsys.readouterr().err  # said without progress too: CI runs with --no-progress
-    assert ("warning: the paired method cannot accept with 2 attempts per arm: at alpha = 0.02 its signed-rank test "
-            "needs at least 6 complete ABBA rounds (2 give a smallest p-value of 1/4), so this comparison can answer "
-            "reject or rerun, never accept; pass --attempts 6 or more (attempts=6)") in err
-    assert result["decision"] == "rerun" and result["recommended_attempts"] >= 6
+    assert ("warning: the paired method cannot accept with 2 attempts per arm: at alpha = 0.02 it needs at least 5 "
+            "complete ABBA rounds (its signed-rank test 6, its t-test below that floor 5), so this comparison can "
+            "answer reject or rerun, never accept; pass --attempts 5 or more (attempts=5)") in err
+    assert result["decision"] == "rerun" and result["recommended_attempts"] >= 5
 
 
 def test_too_few_to_decide_knows_each_exact_test_s_floor():
@@ -236,9 +236,17 @@ def test_too_few_to_decide_knows_each_exact_test_s_floor():
     assert "Mann-Whitney test needs at least 4 attempts per arm (3 give a smallest p-value of 1/20)" in \
         too_few_to_decide(pg.rules.Policy(method="robust"), 3)
     assert too_few_to_decide(pg.rules.Policy(method="robust"), 4) is None
-    assert "(5 give a smallest p-value of 1/32)" in too_few_to_decide(pg.rules.Policy(method="paired"), 5)
-    assert too_few_to_decide(pg.rules.Policy(method="paired"), 6) is None
-    assert "at least 7 complete" in too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.01), 6)
+    # the signed-rank test needs 6 rounds at 0.02 (5 give at best 1/32); its t-test stands in from 5
+    assert "needs at least 5 complete ABBA rounds (its signed-rank test 6" in \
+        too_few_to_decide(pg.rules.Policy(method="paired"), 4)
+    assert too_few_to_decide(pg.rules.Policy(method="paired"), 5) is None
+    assert too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.01), 5) is None  # signed-rank: 7
+    # --until-decisive judges every look by the signed-rank test
+    assert "signed-rank test needs at least 6 complete ABBA rounds (5 give a smallest p-value of 1/32)" in \
+        too_few_to_decide(pg.rules.Policy(method="paired"), 5, sequential=True)
+    # where the signed-rank floor is the lower one (alpha 0.1: 4 rounds, 1/16), it stands alone
+    assert "signed-rank test needs at least 4 complete ABBA rounds (3 give a smallest p-value of 1/8)" in \
+        too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.1), 3)
     assert too_few_to_decide(pg.rules.Policy(method="seed"), 1) is None  # no test, no floor
     # non_regression accepts on the interval's upper bound: 5 rounds (2^-5 <= 5%), 3 per arm (1/20) at 90%
     paired_nr = pg.rules.Policy(method="paired", mode="non_regression")

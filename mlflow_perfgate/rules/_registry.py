@@ -204,7 +204,8 @@ METHODS.declare("seed", "mlflow_perfgate.rules._regression:SEED",
 METHODS.declare("robust", "mlflow_perfgate.rules._robust:ROBUST",
                 "one-sided Mann-Whitney U and a Hodges-Lehmann interval of the latency ratio")
 METHODS.declare("paired", "mlflow_perfgate.rules._paired:PAIRED",
-                "Wilcoxon signed-rank test and Hodges-Lehmann interval on the ABBA rounds' latency ratios")
+                "Wilcoxon signed-rank test (a t-test below its floor) and Hodges-Lehmann interval on the ABBA "
+                "rounds' latency ratios")
 #: The objectives by name.
 OBJECTIVES = Registry("objective")
 for _name, _help in (("latency", "median and P95 step latency, lower is better"),

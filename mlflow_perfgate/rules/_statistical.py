@@ -32,7 +32,13 @@ from ._policy import Policy
 from ._records import ArmSummary, Check, Decision, pct
 from ._registry import Objective
 from ._sequential import sequential_thresholds
-from ._stats import interval_rank, min_attempts_mann_whitney, min_pairs_signed_rank, signed_rank_interval_rank
+from ._stats import (
+    interval_rank,
+    min_attempts_mann_whitney,
+    min_pairs_signed_rank,
+    min_rounds_to_accept,
+    signed_rank_interval_rank,
+)
 
 __all__ = ["Estimate", "improvement_verdict", "levels", "no_regression_verdict", "statistical_decision",
            "statistical_texts", "too_few_to_decide"]
@@ -188,13 +194,16 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
     return Decision(verdict, reason, b, c, checks, figures=figures, advice=advised, **labels)
 
 
-def too_few_to_decide(policy: Policy, attempts: int) -> str | None:
+def too_few_to_decide(policy: Policy, attempts: int, *, sequential: bool = False) -> str | None:
     """Why a statistical method can never accept with ``attempts`` per arm at its levels, or None.
 
     The exact tests and intervals have a floor. In ``improvement`` mode an accept needs the
-    one-sided test below ``alpha``, and its smallest p-value is the paired method's ``2^-n``
-    over ``n`` complete rounds (:func:`_stats.min_pairs_signed_rank`: 6 at 0.02) or the
-    robust method's ``1 / C(2n, n)`` (:func:`_stats.min_attempts_mann_whitney`: 4). In
+    one-sided test below ``alpha``, and its smallest p-value is the robust method's ``1 /
+    C(2n, n)`` (:func:`_stats.min_attempts_mann_whitney`: 4) or the paired method's signed-rank
+    ``2^-n`` over ``n`` complete rounds (6 at 0.02), where, at a single look, the paired
+    method's t-test takes over from 5 rounds (:func:`_stats.min_rounds_to_accept`: 5 at 0.02;
+    not for a ``sequential`` comparison, ``--until-decisive``, judged by the signed-rank test at
+    every look). In
     ``non_regression`` mode an accept needs the interval's upper bound, which exists from the
     size at which :func:`_stats.signed_rank_interval_rank` (or ``interval_rank``) is at
     least 1 at ``confidence`` (5 rounds, 3 per arm at 90%). Below the floor a comparison can
@@ -206,10 +215,17 @@ def too_few_to_decide(policy: Policy, attempts: int) -> str | None:
     paired = policy.method == "paired"
     unit = "complete ABBA rounds" if paired else "attempts per arm"
     if policy.mode == "improvement":
-        need = min_pairs_signed_rank(policy.alpha) if paired else min_attempts_mann_whitney(policy.alpha)
-        smallest = f"1/{2 ** attempts}" if paired else f"1/{math.comb(2 * attempts, attempts)}"
-        why = (f"at alpha = {policy.alpha:g} its {'signed-rank' if paired else 'Mann-Whitney'} test needs at least "
-               f"{need} {unit} ({attempts} give a smallest p-value of {smallest})")
+        if paired:
+            need = min_pairs_signed_rank(policy.alpha) if sequential else min_rounds_to_accept(policy.alpha)
+        else:
+            need = min_attempts_mann_whitney(policy.alpha)
+        if paired and need < min_pairs_signed_rank(policy.alpha):
+            why = (f"at alpha = {policy.alpha:g} it needs at least {need} {unit} (its signed-rank test "
+                   f"{min_pairs_signed_rank(policy.alpha)}, its t-test below that floor {need})")
+        else:
+            smallest = f"1/{2 ** attempts}" if paired else f"1/{math.comb(2 * attempts, attempts)}"
+            why = (f"at alpha = {policy.alpha:g} its {'signed-rank' if paired else 'Mann-Whitney'} test needs at "
+                   f"least {need} {unit} ({attempts} give a smallest p-value of {smallest})")
     else:
         need = 1
         while need < 1000 and (signed_rank_interval_rank(need, policy.confidence) if paired

@@ -16,6 +16,7 @@ from ._errors import InputError, check_finite, check_unit_interval
 __all__ = [
     "LOG_RATIO_DECIMALS",
     "MAD_TO_SIGMA",
+    "SMALL_SAMPLE_MIN_ROUNDS",
     "exceedance_p_value",
     "flag_contention",
     "hodges_lehmann_paired_ratio",
@@ -26,6 +27,7 @@ __all__ = [
     "log_shift",
     "min_attempts_mann_whitney",
     "min_pairs_signed_rank",
+    "min_rounds_to_accept",
     "nearest_rank",
     "paired_log_shift",
     "recommended_attempts",
@@ -34,6 +36,7 @@ __all__ = [
     "signed_rank_interval_rank",
     "signed_rank_null_cdf",
     "signed_rank_test",
+    "small_sample_test",
     "preload_step_quantile",
     "step_quantile",
     "u_null_cdf",
@@ -57,6 +60,12 @@ _EXACT_W_MAX = 50
 #: pairs with the same ratio tie exactly whatever the unit (log 190 - log 200 and log 95 -
 #: log 100 differ in their last bits) and a pair of equal latencies is a zero.
 LOG_RATIO_DECIMALS = 12
+#: The fewest complete rounds on which :func:`small_sample_test` may stand in for the
+#: signed-rank test below that test's floor: the size from which the signed-rank interval
+#: exists at 90% (:func:`signed_rank_interval_rank`), so that an accept still has an estimate
+#: and an interval beside its p-value; below it a t-test's p would rest on a spread of four or
+#: fewer ratios.
+SMALL_SAMPLE_MIN_ROUNDS = 5
 
 
 def _norm():
@@ -465,6 +474,49 @@ def signed_rank_test(d, alternative: str) -> tuple[float, str]:
         how = "normal approximation"
     result = wilcoxon(d, zero_method="wilcox", alternative=alternative, method="auto")
     return float(result.pvalue), how
+
+
+def small_sample_test(d, alpha: float) -> tuple[float, str] | None:
+    """The one-sided t-test towards a faster candidate, where the signed-rank test cannot reach ``alpha``.
+
+    With ``n`` rounds the one-sided signed-rank p-value is at least ``2^-n`` (every ratio of one
+    sign): 5 rounds can never go below ``alpha = 0.02``. There, and only when
+
+    - ``n`` is at least :data:`SMALL_SAMPLE_MIN_ROUNDS` and below
+      :func:`min_pairs_signed_rank` of ``alpha`` (at 0.02: exactly 5 rounds), and
+    - every round's log ratio is below zero (the candidate faster in each: the signed-rank
+      test's own strongest evidence, ``p = 2^-n``),
+
+    this returns the one-sided one-sample t-test's p-value of ``d`` against 0 (``scipy.stats.
+    ttest_1samp(d, 0, alternative="less")``), which also weighs how far the ratios lie from 1
+    against their spread. A single round the other way (or a tie) leaves the signed-rank p-value
+    in force, so an outlier can only make an accept less likely. Under the null hypothesis the
+    t-test's error rate is ``alpha`` for normal log ratios, and the sign condition only lowers
+    it. Used in ``improvement`` mode only (``non_regression`` decides by the interval).
+
+    Returns:
+        ``(p_value, how)``, ``how`` naming the test and why it was used (the decision's
+        ``p_value_method``), or ``None`` where the signed-rank test stands.
+    """
+    from scipy.stats import ttest_1samp
+
+    d = np.asarray(d, dtype=float)
+    if not SMALL_SAMPLE_MIN_ROUNDS <= d.size < min_pairs_signed_rank(alpha) or not np.all(d < 0):
+        return None
+    if np.ptp(d) == 0:  # every ratio the same: no spread to weigh them by (t would be infinite)
+        return None
+    p_value = float(ttest_1samp(d, 0.0, alternative="less").pvalue)
+    return p_value, (f"t-test on the log ratios ({d.size} rounds, every one faster, below the signed-rank "
+                     f"test's floor of {min_pairs_signed_rank(alpha)} at alpha = {alpha:g})")
+
+
+def min_rounds_to_accept(alpha: float) -> int:
+    """The fewest complete rounds with which the paired method can accept at ``alpha``.
+
+    The signed-rank test's floor (:func:`min_pairs_signed_rank`), or from
+    :data:`SMALL_SAMPLE_MIN_ROUNDS` rounds where the floor is higher (:func:`small_sample_test`).
+    """
+    return min(min_pairs_signed_rank(alpha), SMALL_SAMPLE_MIN_ROUNDS)
 
 
 def hodges_lehmann_paired_ratio(baseline_latencies, candidate_latencies, *, confidence: float = 0.95) -> dict:
