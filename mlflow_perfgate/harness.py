@@ -381,7 +381,7 @@ def compare(
     _check_interleave(interleave, variable, base, objective, supervised, runner)
     from tqdm import tqdm  # the checks above need none of these
 
-    from .tracking import end_run, evaluate_group, group_state, start_attempt, start_comparison, sync
+    from .tracking import TAG, end_run, evaluate_group, group_state, start_attempt, start_comparison, sync, tag_run
     from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, run_attempt, run_interleaved
     from .workloads import interleave as abba
 
@@ -406,8 +406,9 @@ def compare(
         from .rules._stats import preload_step_quantile
 
         preload_step_quantile()  # each attempt's p10 is computed as it is written
-        too_few = None if held["attempts"] else too_few_to_decide(policy, max_attempts if until_decisive else attempts,
-                                                                sequential=until_decisive)
+        too_few = None if held["attempts"] else too_few_to_decide(
+            policy, max_attempts if until_decisive else attempts,
+            looks_for=(lambda most: _max_looks(attempts, most)) if until_decisive else None)
         if too_few:  # a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
         if planned is not None:
@@ -472,6 +473,8 @@ def compare(
             run_block(abba(attempts), bar)
             done, look = attempts, 1
             while until_decisive:
+                if _max_looks(attempts, max_attempts) > 1:  # what a later evaluate of the group judges at
+                    tag_run(comparison_id, {TAG.LOOK: look, TAG.MAX_LOOKS: _max_looks(attempts, max_attempts)})
                 interim = evaluate_group(group, experiment_name=experiment_name, objective=objective,
                                          dry_run=True, look=look, max_looks=_max_looks(attempts, max_attempts),
                                          **evaluate_kwargs)

@@ -121,7 +121,11 @@ class EntrySpec:
         """The last look of a sequential entry (``None`` without ``until_decisive``)."""
         if not self.until_decisive:
             return None
-        return 1 + math.ceil((self.max_attempts - self.attempts) / ROUND)
+        return self.looks_with(self.max_attempts)
+
+    def looks_with(self, max_attempts: int) -> int:
+        """How many looks this entry's sequential plan would have with ``max_attempts`` per arm."""
+        return 1 + math.ceil(max(0, max_attempts - self.attempts) / ROUND)
 
     def look_at(self, attempts_per_arm: int) -> int | None:
         """The look a sequential entry is at with that many attempts per arm (as ``compare`` counts)."""
@@ -545,8 +549,8 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     suite_run_id = start(suite, parent_run_id=parent_run_id)
     for entry in suite.entries:  # as compare says it: an entry planned below its method's floor
         planned = entry.max_attempts if entry.until_decisive else entry.attempts
-        too_few = (too_few_to_decide(entry.policy, planned, sequential=entry.until_decisive)
-                   if entry.runs and not resume else None)
+        looks_for = entry.looks_with if entry.until_decisive else None
+        too_few = too_few_to_decide(entry.policy, planned, looks_for=looks_for) if entry.runs and not resume else None
         if too_few:
             print(f"warning: suite entry {entry.name!r}: {too_few}", file=sys.stderr)
     preload_step_quantile()  # each attempt's p10 is computed as it is written, between attempts

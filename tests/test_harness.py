@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -11,6 +12,7 @@ import mlflow_perfgate as pg
 import mlflow_perfgate.workloads as pg_workloads
 from mlflow_perfgate.cli import main
 from mlflow_perfgate.harness import candidate_change_for, compare
+from mlflow_perfgate.rules._sequential import sequential_thresholds
 from mlflow_perfgate.tracking import TAG
 
 TINY = {"input_shape": "2,16", "warmup": 1, "steps": 3}
@@ -230,6 +232,34 @@ def test_compare_says_first_when_its_method_cannot_decide_with_so_few_attempts(s
     assert result["decision"] == "rerun" and result["recommended_attempts"] >= 5
 
 
+def test_evaluate_judges_a_sequential_comparison_s_group_at_the_look_it_reached(sqlite_uri):
+    """evaluate of what compare --until-decisive collected spends alpha as the comparison did.
+
+    Judged again at one look with the full alpha, the same rounds could be accepted (the paired
+    method's t-test below the signed-rank floor) where the sequential design answered rerun.
+    """
+    result = compare("tinylm", {**TINY, "checkpoint": True}, {"checkpoint": False}, attempts=3, supervised=False,
+                     progress=False, min_valid_runs=2, env_mismatch="warn", method="paired", until_decisive=True,
+                     max_attempts=5, group="seq")
+    tags = MlflowClient().get_run(result["comparison_run_id"]).data.tags
+    look = int(tags[TAG.LOOK])
+    assert tags[TAG.MAX_LOOKS] == "2" and look in (1, 2)
+    spent = sequential_thresholds(look, 2, alpha=0.02)["alpha"]
+    assert result["alpha"] == spent
+    again = pg.tracking.evaluate_group("seq", method="paired", min_valid_runs=2, env_mismatch="warn")
+    assert again["alpha"] == spent and again["p_value_method"] == result["p_value_method"]
+    assert f"judged at look {look} of 2: these attempts were collected by a sequential comparison" in \
+        " ".join(again["warnings"])
+    single = pg.tracking.evaluate_group("seq", method="paired", min_valid_runs=2, env_mismatch="warn",
+                                        look=1, max_looks=1)
+    assert single["alpha"] == 0.02 and not any("judged at look" in w for w in single["warnings"])
+    # the test behind the p-value is a column of decisions()
+    rows = pg.decisions(group="seq")
+    assert rows.iloc[0]["p_value_method"] == single["p_value_method"]
+    assert set(rows["p_value_method"]) <= {"exact", "exact (sign flips; ties or zeros)", single["p_value_method"],
+                                           result["p_value_method"]}
+
+
 def test_too_few_to_decide_knows_each_exact_test_s_floor():
     from mlflow_perfgate.rules._statistical import too_few_to_decide
 
@@ -241,9 +271,15 @@ def test_too_few_to_decide_knows_each_exact_test_s_floor():
         too_few_to_decide(pg.rules.Policy(method="paired"), 4)
     assert too_few_to_decide(pg.rules.Policy(method="paired"), 5) is None
     assert too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.01), 5) is None  # signed-rank: 7
-    # --until-decisive judges every look by the signed-rank test
-    assert "signed-rank test needs at least 6 complete ABBA rounds (5 give a smallest p-value of 1/32)" in \
-        too_few_to_decide(pg.rules.Policy(method="paired"), 5, sequential=True)
+    # --until-decisive judges every look by the signed-rank test, at the last look's spent alpha
+    looks_from_2 = lambda most: 1 + math.ceil(max(0, most - 2) / 2)  # noqa: E731 - compare's looks from 2 attempts
+    assert too_few_to_decide(pg.rules.Policy(method="paired"), 6, looks_for=looks_from_2) == (
+        "the paired method cannot accept with 6 attempts per arm: at the last of its 3 looks' alpha = 0.0156 its "
+        "signed-rank test needs at least 7 complete ABBA rounds (6 give a smallest p-value of 1/64), so this "
+        "comparison can answer reject or rerun, never accept; pass --max-attempts 7 or more (max_attempts=7)")
+    assert 2 ** -6 > sequential_thresholds(3, 3, alpha=0.02)["alpha"]  # why 6 rounds cannot: 1/64 is above it
+    # one look only (--attempts 5 --max-attempts 5): a single look, where the t-test may decide
+    assert too_few_to_decide(pg.rules.Policy(method="paired"), 5, looks_for=lambda most: 1) is None
     # where the signed-rank floor is the lower one (alpha 0.1: 4 rounds, 1/16), it stands alone
     assert "signed-rank test needs at least 4 complete ABBA rounds (3 give a smallest p-value of 1/8)" in \
         too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.1), 3)

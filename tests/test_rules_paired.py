@@ -369,6 +369,21 @@ def test_paired_accepts_five_rounds_by_the_t_test_and_says_so():
         .startswith("t-test")
 
 
+def test_the_t_test_is_named_where_paired_is_the_companion_and_its_advice_counts_the_rounds_against():
+    rng = np.random.default_rng(2)
+    b, c = abba(*loaded(rng, 5, 0.8, load=0.4))
+    result = decide(b, c, method="robust")  # the paired figures beside robust's decision
+    assert result["paired"]["p_value_method"].startswith("t-test on the log ratios (5 rounds")
+    described = PAIRED.describe(result["paired"])
+    assert described.startswith("one-sided t-test p = ") and "Wilcoxon" not in described
+    # a round already the other way stays in the rounds: the t-test can never stand in, so the
+    # advice is the signed-rank test's floor, not 5
+    for candidate, floor in (([80, 81, 79, 101], 6), ([80, 81, 79, 82], 5)):
+        advised = decide(*abba([100] * 4, candidate), method="paired", min_valid_runs=4)
+        assert (advised["decision"], advised["reason"]) == ("rerun", "inconclusive")
+        assert advised["recommended_attempts"] == floor  # a 20% speedup: the floor is what is missing
+
+
 def test_paired_power_beats_the_unpaired_test_on_a_loaded_runner():
     rng = np.random.default_rng(2)
     accepted = {"robust": 0, "paired": 0}
@@ -554,8 +569,8 @@ def test_policy_judge_and_registry():
     assert {"paired_p_value", "paired_ratio_estimate", "paired_ratio_ci_low", "paired_ratio_ci_high",
             "paired_pairs", "paired_p95_p_value", "paired_recommended_attempts"} == paired_metrics
     assert {figure.name for figure in PAIRED.figures} == {
-        "p_value", "ratio_estimate", "ratio_ci_low", "ratio_ci_high", "pairs", "p95_p_value", "alpha", "confidence",
-        "recommended_attempts"}
+        "p_value", "p_value_method", "ratio_estimate", "ratio_ci_low", "ratio_ci_high", "pairs", "p95_p_value",
+        "alpha", "confidence", "recommended_attempts"}
     assert "Wilcoxon signed-rank p" in PAIRED.describe(decision.companions["paired"])
 
 

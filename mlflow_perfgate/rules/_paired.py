@@ -30,6 +30,8 @@ import math
 import statistics
 from typing import Mapping
 
+import numpy as np
+
 from ._checks import (
     above,
 )
@@ -189,13 +191,14 @@ def _advice(d, ratio: float, policy: Policy, alpha: float, tail_alpha: float, at
     """Rounds (attempts per arm) likely to settle it, never below ``at_least`` nor the fewest that can reach the level.
 
     As the robust rule's: an estimate already large enough needs significance at ``alpha``
-    (from :func:`_stats.min_rounds_to_accept` rounds where the t-test may stand in,
-    ``small_sample``; else the signed-rank test's floor); otherwise the interval must clear the
-    boundary, each tail at ``tail_alpha``.
+    (from :func:`_stats.min_rounds_to_accept` rounds where the t-test may stand in: a single
+    look, ``small_sample``, and every round so far faster; else the signed-rank test's floor);
+    otherwise the interval must clear the boundary, each tail at ``tail_alpha``.
     """
     if policy.mode == "improvement" and not above(ratio, 1 - policy.min_improvement):
         estimate = recommended_pairs(d, margin=0.0, alpha=alpha)
-        floor = min_rounds_to_accept(alpha) if small_sample else min_pairs_signed_rank(alpha)
+        # a round the other way stays in the rounds: the t-test can never stand in for them again
+        floor = min_rounds_to_accept(alpha) if small_sample and bool(np.all(d < 0)) else min_pairs_signed_rank(alpha)
     else:
         boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
         estimate = recommended_pairs(d, margin=boundary, alpha=tail_alpha)
@@ -219,6 +222,7 @@ PAIRED = Method(
     "paired", paired_rule,
     figures=(Figure("p_value", "paired test p (Wilcoxon signed-rank; a t-test below its floor)",
                     metric="paired_p_value"),
+             Figure("p_value_method", "paired test", metric=""),
              Figure("ratio_estimate", "within-round ratio candidate/baseline", metric="paired_ratio_estimate"),
              Figure("ratio_ci_low", "within-round ratio interval, low", metric="paired_ratio_ci_low"),
              Figure("ratio_ci_high", "within-round ratio interval, high", metric="paired_ratio_ci_high"),

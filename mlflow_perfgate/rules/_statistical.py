@@ -194,46 +194,71 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
     return Decision(verdict, reason, b, c, checks, figures=figures, advice=advised, **labels)
 
 
-def too_few_to_decide(policy: Policy, attempts: int, *, sequential: bool = False) -> str | None:
+def too_few_to_decide(policy: Policy, attempts: int, *,
+                      looks_for: Callable[[int], int] | None = None) -> str | None:
     """Why a statistical method can never accept with ``attempts`` per arm at its levels, or None.
 
     The exact tests and intervals have a floor. In ``improvement`` mode an accept needs the
     one-sided test below ``alpha``, and its smallest p-value is the robust method's ``1 /
     C(2n, n)`` (:func:`_stats.min_attempts_mann_whitney`: 4) or the paired method's signed-rank
     ``2^-n`` over ``n`` complete rounds (6 at 0.02), where, at a single look, the paired
-    method's t-test takes over from 5 rounds (:func:`_stats.min_rounds_to_accept`: 5 at 0.02;
-    not for a ``sequential`` comparison, ``--until-decisive``, judged by the signed-rank test at
-    every look). In
-    ``non_regression`` mode an accept needs the interval's upper bound, which exists from the
-    size at which :func:`_stats.signed_rank_interval_rank` (or ``interval_rank``) is at
-    least 1 at ``confidence`` (5 rounds, 3 per arm at 90%). Below the floor a comparison can
-    still reject (an interval that rules the change out, the tail test) or ask for a rerun; it
-    is run all the same (to check a pipeline, say), with this said first.
+    method's t-test takes over from 5 rounds (:func:`_stats.min_rounds_to_accept`: 5 at 0.02).
+    In ``non_regression`` mode an accept needs the interval's upper bound, which exists from the
+    size at which :func:`_stats.signed_rank_interval_rank` (or ``interval_rank``) is at least 1
+    at ``confidence`` (5 rounds, 3 per arm at 90%). Below the floor a comparison can still
+    reject (an interval that rules the change out, the tail test) or ask for a rerun; it is run
+    all the same (to check a pipeline, say), with this said first.
+
+    ``looks_for`` makes it a sequential comparison's (``--until-decisive``): ``attempts`` is its
+    most attempts per arm and ``looks_for(m)`` how many looks ``m`` of them give. With more than
+    one look the floor is the last look's, at the alpha and confidence spent there
+    (:func:`sequential_thresholds`), and the paired method's signed-rank test decides every look
+    (no t-test); the advice then names ``--max-attempts``.
     """
     if policy.method not in ("robust", "paired"):  # the seed method has no test, so no floor
         return None
     paired = policy.method == "paired"
     unit = "complete ABBA rounds" if paired else "attempts per arm"
+
+    def levels_at(most: int) -> tuple[float, float, int]:
+        looks = looks_for(most) if looks_for is not None else 1
+        if looks > 1:
+            spent = sequential_thresholds(looks, looks, alpha=policy.alpha, confidence=policy.confidence)
+            return spent["alpha"], spent["confidence"], looks
+        return policy.alpha, policy.confidence, 1
+
+    def floor(most: int) -> int:
+        alpha, confidence, looks = levels_at(most)
+        if policy.mode == "improvement":
+            if not paired:
+                return min_attempts_mann_whitney(alpha)
+            return min_rounds_to_accept(alpha) if looks == 1 else min_pairs_signed_rank(alpha)
+        need = 1
+        while need < 1000 and (signed_rank_interval_rank(need, confidence) if paired
+                               else interval_rank(need, need, confidence)) < 1:
+            need += 1
+        return need
+
+    if attempts >= floor(attempts):
+        return None
+    need = attempts + 1
+    while need < 1000 and need < floor(need):
+        need += 1
+    alpha, confidence, looks = levels_at(attempts)
+    level = f"alpha = {alpha:g}" if looks == 1 else f"the last of its {looks} looks' alpha = {alpha:.3g}"
+    here = floor(attempts)
     if policy.mode == "improvement":
-        if paired:
-            need = min_pairs_signed_rank(policy.alpha) if sequential else min_rounds_to_accept(policy.alpha)
-        else:
-            need = min_attempts_mann_whitney(policy.alpha)
-        if paired and need < min_pairs_signed_rank(policy.alpha):
-            why = (f"at alpha = {policy.alpha:g} it needs at least {need} {unit} (its signed-rank test "
-                   f"{min_pairs_signed_rank(policy.alpha)}, its t-test below that floor {need})")
+        if paired and looks == 1 and here < min_pairs_signed_rank(alpha):
+            why = (f"at {level} it needs at least {here} {unit} (its signed-rank test "
+                   f"{min_pairs_signed_rank(alpha)}, its t-test below that floor {here})")
         else:
             smallest = f"1/{2 ** attempts}" if paired else f"1/{math.comb(2 * attempts, attempts)}"
-            why = (f"at alpha = {policy.alpha:g} its {'signed-rank' if paired else 'Mann-Whitney'} test needs at "
-                   f"least {need} {unit} ({attempts} give a smallest p-value of {smallest})")
+            why = (f"at {level} its {'signed-rank' if paired else 'Mann-Whitney'} test needs at "
+                   f"least {here} {unit} ({attempts} give a smallest p-value of {smallest})")
     else:
-        need = 1
-        while need < 1000 and (signed_rank_interval_rank(need, policy.confidence) if paired
-                               else interval_rank(need, need, policy.confidence)) < 1:
-            need += 1
-        why = f"its {policy.confidence:.0%} interval has an upper bound only from {need} {unit}"
-    if attempts >= need:
-        return None
+        at = "" if looks == 1 else f" at the last of its {looks} looks"
+        why = f"its {confidence:.0%} interval{at} has an upper bound only from {here} {unit}"
+    option, key = ("--attempts", "attempts") if looks_for is None else ("--max-attempts", "max_attempts")
     return (f"the {policy.method} method cannot accept with {attempts} attempt{'' if attempts == 1 else 's'} per arm: "
-            f"{why}, so this comparison can answer reject or rerun, never accept; pass --attempts {need} or more "
-            f"(attempts={need})")
+            f"{why}, so this comparison can answer reject or rerun, never accept; pass {option} {need} or more "
+            f"({key}={need})")

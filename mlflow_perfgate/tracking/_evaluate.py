@@ -20,6 +20,27 @@ __all__ = ["AttemptView", "DEFAULT_STALE_AFTER_S", "evaluate_group", "group_filt
 DEFAULT_STALE_AFTER_S = 3600.0
 
 
+def _sequential_look(tags: dict, notes: list[str]) -> tuple[int | None, int | None]:
+    """The look a sequential comparison reached, from its run's tags (``None, None`` for a single look).
+
+    A group collected by ``compare --until-decisive`` was judged at each look with its levels
+    spent across the looks; judged again at one look with the full alpha, the same attempts
+    could be accepted where the sequential design answered rerun. So it is judged at the look
+    the comparison reached, and the decision says so.
+    """
+    look, last = tags.get(TAG.LOOK), tags.get(TAG.MAX_LOOKS)
+    if look is None or last is None:
+        return None, None
+    if not (look.isdigit() and last.isdigit() and 1 <= int(look) <= int(last)):
+        notes.append(f"the comparison run's {TAG.LOOK}={look!r} and {TAG.MAX_LOOKS}={last!r} are not a look: "
+                     "judged as a single look")
+        return None, None
+    notes.append(f"judged at look {look} of {last}: these attempts were collected by a sequential comparison "
+                 "(compare --until-decisive), whose alpha and confidence are spent across its looks; pass look and "
+                 "max_looks to judge them otherwise")
+    return int(look), int(last)
+
+
 def _common_parent(views: list[AttemptView], mlflow_client, group: str, notes: list[str]):
     """The comparison run every attempt nests under, if it is this group's (another group's is left alone)."""
     parents = {v.parent_run_id for v in views if not v.deleted}
@@ -66,7 +87,9 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         env_mismatch: ``fail`` (default: refuse arms whose environment fingerprints differ
             beyond the changed variable), ``warn`` or ``ignore``.
         alpha, confidence: the statistical methods' levels (the policy's defaults when None).
-        look, max_looks: the look number of a sequential comparison (``--until-decisive``).
+        look, max_looks: the look number of a sequential comparison (``--until-decisive``). When
+            neither is given and the group's comparison run was sequential (tags
+            ``perfgate.look`` and ``perfgate.max_looks``), the look it reached, with a warning.
         dry_run: judge without writing anything (the interim looks of a sequential comparison).
         policy: a :class:`~mlflow_perfgate.rules.Policy` instead of the options above (its
             objective is used as given).
@@ -121,6 +144,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     parent = _common_parent(views, mlflow_client, group, notes)
     if not objective_given and parent is not None and parent.data.tags.get(TAG.OBJECTIVE):
         policy = policy.replace(objective=parent.data.tags[TAG.OBJECTIVE])
+    if look is None and max_looks is None and parent is not None:
+        look, max_looks = _sequential_look(parent.data.tags, notes)
     result, change = judge_views(views, policy, env_mismatch, look=look, max_looks=max_looks)
     result["warnings"] = notes + result.get("warnings", [])
     waiting = _journal.pending(tracking_uri=mlflow_client.tracking_uri, group=group)

@@ -14,7 +14,7 @@ from ._schema import KIND_DECISION, PARAM, TAG
 __all__ = ["attempts_since", "decision_columns", "decisions"]
 
 _LABELS = ["group", "decision", "reason", "failed_checks", "reason_text", "objective", "method", "mode", "latency",
-           "changed_variable", "baseline_value", "candidate_value", "suite", "suite_entry", "suite_decision"]
+           "p_value_method", "changed_variable", "baseline_value", "candidate_value", "suite", "suite_entry", "suite_decision"]
 
 
 def suite_filter(suite: str) -> str:
@@ -40,7 +40,9 @@ def decisions(experiment_name: str | None = None, group: str | None = None, suit
 
     Returns:
         A DataFrame with :func:`decision_columns` (``failed_checks`` a list; ``reason_text`` the
-        reason in words, each failed check with its message; figures as floats, NaN where the
+        reason in words, each failed check with its message; ``p_value_method`` the test behind
+        the deciding method's p-value where the method names it, the paired method's ``"exact"``
+        or ``"t-test on the log ratios (...)"``, else ``None``; figures as floats, NaN where the
         decision has none); empty, with those columns, when there is none.
     """
     mlflow_client = _client.client()
@@ -80,6 +82,8 @@ def decisions(experiment_name: str | None = None, group: str | None = None, suit
             # the latency figure judged (raw, uncontended, fastest, p10); decisions written before the
             # option existed judged the raw one
             "latency": tags.get(TAG.LATENCY, "raw"),
+            # the test behind the deciding method's p-value where it names one (paired: "exact", "t-test on ...")
+            "p_value_method": params.get(PARAM.of("p_value_method")),
             # the first release wrote these params without the perfgate. namespace
             "changed_variable": params.get(PARAM.CHANGED_VARIABLE) or params.get("changed_variable") or None,
             "baseline_value": params.get(PARAM.BASELINE_VALUE) or params.get("baseline_value") or None,

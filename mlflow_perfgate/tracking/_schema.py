@@ -118,6 +118,11 @@ class TAG:
     #: On a comparison run: ``attempts`` (ABBA attempts, each in its own child) or ``steps`` (both
     #: arms in one child per round, their measured steps interleaved).
     INTERLEAVE = "perfgate.interleave"
+    #: On the comparison run of a sequential comparison (``compare --until-decisive`` with more
+    #: than one look): the look it reached (an int) and its planned last look. ``evaluate`` of the
+    #: group judges at that look, its levels spent as the comparison's were, unless told a look.
+    LOOK = "perfgate.look"
+    MAX_LOOKS = "perfgate.max_looks"
     #: ``host|boot id|pid|start ticks`` of the process that runs an attempt or a comparison.
     SUPERVISOR = "perfgate.supervisor"
     #: On a decision run: a digest of the attempts judged and the policy; racing evaluators of the
