@@ -592,6 +592,9 @@ class Target:
         figure: the figure as the matrix shows it (a rate in %, or the cells that missed).
         detail: the figure against its limit, or the cells that missed.
         shortfall: how far a missed target is from its limit (0 when held).
+        power: for the "power >= asv, pyperf" target, the judge's mean acceptance or detection
+            rate over the effect cells compared (``None`` for the others): the recommendation's
+            tie-break.
     """
 
     condition: str
@@ -601,6 +604,7 @@ class Target:
     figure: str
     detail: str
     shortfall: float = 0.0
+    power: float | None = None
 
 
 #: The targets' short names, in the order they are checked and shown.
@@ -659,6 +663,7 @@ def check_targets(summary: dict, condition: str, judge: str, latency: str, sizes
         return targets
     errors, power = [], []
     compared = {"errors": 0, "power": 0}
+    rates: list[float] = []  # the judge's own rate in every effect cell compared
     for n in sizes:
         for mode, verdict in (("improvement", "accept"), ("non_regression", "reject")):
             mine = r(0.0, n, mode, verdict)
@@ -677,6 +682,7 @@ def check_targets(summary: dict, condition: str, judge: str, latency: str, sizes
                     if mine is None or theirs is None:
                         continue
                     compared["power"] += 1
+                    rates.append(mine)
                     if mine < theirs - 1e-12:
                         power.append((f"{effect:+.0%} n={n} vs {ref} ({mine:.1%} < {theirs:.1%})", theirs - mine))
     for key, name, missed, count, word in (
@@ -687,7 +693,8 @@ def check_targets(summary: dict, condition: str, judge: str, latency: str, sizes
                                   "held" if not missed else f"{len(missed)} of {count} cells",
                                   f"held in {count} cells" if not missed
                                   else f"{word} in " + ", ".join(cell for cell, _ in missed),
-                                  sum(gap for _, gap in missed)))
+                                  sum(gap for _, gap in missed),
+                                  statistics.mean(rates) if key == TARGET_KEYS[7] and rates else None))
     return targets
 
 
@@ -718,8 +725,10 @@ def recommend(summary: dict, conditions: Sequence[str], sizes: Sequence[int]) ->
     """The method and latency option that meet the targets best, and every candidate's targets.
 
     Best: the most targets held over all conditions; ties go to the smaller total shortfall
-    (how far the missed targets are from their limits), then to the raw latency (no new
-    option to adopt), then to the order of :data:`METHODS`.
+    (how far the missed targets are from their limits), then to the higher mean power over
+    every effect cell and window size compared with asv and pyperf (:attr:`Target.power`: with
+    every target held, the option that decides more often where there is an effect), then to
+    the raw latency (no new option to adopt), then to the order of :data:`METHODS`.
     """
     scored = {}
     for judge in METHODS:
@@ -729,7 +738,10 @@ def recommend(summary: dict, conditions: Sequence[str], sizes: Sequence[int]) ->
 
     def score(key):
         targets = scored[key]
-        return (-sum(t.held for t in targets), sum(t.shortfall for t in targets), key[1] != "raw", order[key])
+        powers = [t.power for t in targets if t.power is not None]
+        mean_power = statistics.mean(powers) if powers else 0.0
+        return (-sum(t.held for t in targets), sum(t.shortfall for t in targets), -round(mean_power, 9),
+                key[1] != "raw", order[key])
 
     return min(scored, key=score), scored
 
