@@ -191,3 +191,18 @@ def test_revisions_sharing_a_commit_time_are_ordered_by_git_ancestry(sqlite_uri,
     assert code == 0, err
     assert f"regression (slower) at {shas[6]} (after {shas[5]})" in out
     assert "12 revisions share the commit time 1796032800 (" in out and "): ordered by git ancestry" in out
+
+
+def test_a_commit_time_in_the_future_is_refused_before_anything_is_written(sqlite_uri, capsys):
+    """Milliseconds given as seconds (or 1e30) would place a revision after every real one."""
+    in_ms = (T0 + 60) * 1000
+    for given, hint in ((str(in_ms), "(milliseconds? divide by 1000)"), ("1e30", "lies in the future")):
+        code, out, err = run_cli(capsys, "record", "--group", "future", "--arm", "baseline", "--set", "revision=abc",
+                                 "--commit-time", given, "--latency-ms", "10", "--quality", "0.9",
+                                 "--experiment", EXPERIMENT)
+        assert code == 2 and hint in err and "commit_time" in err, out + err
+    assert MlflowClient().get_experiment_by_name(EXPERIMENT) is None or \
+        not MlflowClient().search_runs([MlflowClient().get_experiment_by_name(EXPERIMENT).experiment_id])
+    with pytest.raises(pg.errors.InputError, match="lies in the future"):
+        pg.log_attempt("future", "baseline", {"revision": "abc"}, latency_ms=10.0, quality=0.9,
+                       experiment_name=EXPERIMENT, commit_time=in_ms)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import posixpath
 import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -354,6 +355,10 @@ class CheckedAttempt:
         }
 
 
+#: How far past this machine's clock a commit time may lie (clocks of two machines differ).
+_COMMIT_TIME_SLACK_S = 86400.0
+
+
 def commit_time_tags(params: dict[str, str], commit_time: Any = None) -> dict[str, str]:
     """``perfgate.commit_time`` for an attempt whose conditions hold a ``revision``.
 
@@ -361,12 +366,17 @@ def commit_time_tags(params: dict[str, str], commit_time: Any = None) -> dict[st
     the repository in the working directory (``git show -s --format=%ct``), else none.
 
     Raises:
-        InputError: ``commit_time`` is not a finite number >= 0, or is given without a ``revision``.
+        InputError: ``commit_time`` is not a finite number >= 0, lies more than a day in the
+            future (milliseconds given as seconds, say), or is given without a ``revision``.
     """
     if commit_time is not None:
         if isinstance(commit_time, bool) or not isinstance(commit_time, (int, float)) \
                 or not math.isfinite(commit_time) or commit_time < 0:
             raise InputError(f"commit_time must be a finite number of POSIX seconds >= 0, got {commit_time!r}")
+        if commit_time > time.time() + _COMMIT_TIME_SLACK_S:
+            hint = " (milliseconds? divide by 1000)" if commit_time / 1000 <= time.time() + _COMMIT_TIME_SLACK_S else ""
+            raise InputError(f"commit_time {commit_time!r} lies in the future{hint}: give the commit's time in POSIX "
+                             "seconds")
         if "revision" not in params:
             raise InputError("commit_time is the commit time of the attempt's revision: give a revision condition "
                              "(--set revision=SHA)")
