@@ -386,8 +386,8 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
                    "(group, arm, set, latency_ms, quality, failure, validity, metrics, env, attempt_id, "
                    "parent_run_id, experiment, commit_time, and step_times_ms: the measured steps' times, whose "
                    "fastest --latency fastest judges and whose 10th percentile --latency p10); the options "
-                   "above are the defaults of every line, and a field given as null is a field not given. Every line is checked before anything is "
-                   "written.")
+                   "above are the defaults of every line, and a field given as null is a field not given. Every "
+                   "line is checked before anything is written.")
 @guarded
 def record(group, arm, conditions, condition_list, allow_empty, latency_ms, quality, failure, validity, metrics,
            environment, attempt_id, parent_run_id, experiment, commit_time, from_jsonl):

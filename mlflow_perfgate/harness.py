@@ -472,12 +472,12 @@ def compare(
                                              disable=not progress, file=sys.stderr) as bar:
             run_block(abba(attempts), bar)
             done, look = attempts, 1
+            last_look = _max_looks(attempts, max_attempts)
             while until_decisive:
-                if _max_looks(attempts, max_attempts) > 1:  # what a later evaluate of the group judges at
-                    tag_run(comparison_id, {TAG.LOOK: look, TAG.MAX_LOOKS: _max_looks(attempts, max_attempts)})
+                if last_look > 1:  # what a later evaluate of the group judges at
+                    tag_run(comparison_id, {TAG.LOOK: look, TAG.MAX_LOOKS: last_look})
                 interim = evaluate_group(group, experiment_name=experiment_name, objective=objective,
-                                         dry_run=True, look=look, max_looks=_max_looks(attempts, max_attempts),
-                                         **evaluate_kwargs)
+                                         dry_run=True, look=look, max_looks=last_look, **evaluate_kwargs)
                 if interim["decision"] != "rerun" or done >= max_attempts:
                     break
                 if interim["reason"] not in ("insufficient_valid_runs", "inconclusive"):
@@ -491,7 +491,7 @@ def compare(
                     sync()
             final_kwargs = dict(evaluate_kwargs)
             if until_decisive:
-                final_kwargs.update(look=look, max_looks=_max_looks(attempts, max_attempts))
+                final_kwargs.update(look=look, max_looks=last_look)
             result = evaluate_group(group, experiment_name=experiment_name, objective=objective, **final_kwargs)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"

@@ -70,7 +70,8 @@ def test_an_attempt_without_its_10th_percentile_is_an_error_never_a_mixed_figure
     base = [{"ok": True, "latency_ms": 100.0, "quality": 0.9, "step_p10_ms": 98.0}] * 4
     base = base + [{"ok": True, "latency_ms": 100.0, "quality": 0.9}]
     cand = [{"ok": True, "latency_ms": 90.0, "quality": 0.9, "step_p10_ms": 88.0}] * 5
-    with pytest.raises(MissingField, match=r"^baseline: 1 of 5 successful runs lack 'step_p10_ms', which latency='p10'"):
+    with pytest.raises(MissingField,
+                       match=r"^baseline: 1 of 5 successful runs lack 'step_p10_ms', which latency='p10'"):
         rules.decide(base, cand, method="robust", latency="p10")
     decided = rules.decide(base[:4] + base[:1], cand, method="seed", latency="p10")
     assert "median 10th-percentile step 88 ms against baseline 98 ms" in decided["messages"]["improvement_ok"]

@@ -39,7 +39,7 @@ from ._policy import Policy
 from ._records import ArmSummary, Decision, interval_text
 from ._registry import Figure, Method, Objective
 from ._robust import advice_floor, robust_rule
-from ._statistical import Estimate, statistical_texts, statistical_decision
+from ._statistical import Estimate, is_sequential, statistical_texts, statistical_decision
 from ._stats import (
     log_ratios,
     min_pairs_signed_rank,
@@ -166,8 +166,7 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
     # The t-test below the signed-rank floor stands in at a single look only: the looks of
     # --until-decisive spend alpha down to levels (1e-5 and below) where a t-test's tail rests
     # on normality alone, and there the rounds simply grow until the signed-rank test can reach.
-    single_look = not (look is not None and max_looks is not None and max_looks > 1)
-    small_sample = policy.mode == "improvement" and single_look
+    small_sample = policy.mode == "improvement" and not is_sequential(look, max_looks)
 
     def estimate(alpha: float, confidence: float) -> Estimate:
         small = small_sample_test(d, alpha) if small_sample else None

@@ -40,8 +40,8 @@ from ._stats import (
     signed_rank_interval_rank,
 )
 
-__all__ = ["Estimate", "improvement_verdict", "levels", "no_regression_verdict", "statistical_decision",
-           "statistical_texts", "too_few_to_decide"]
+__all__ = ["Estimate", "improvement_verdict", "is_sequential", "levels", "no_regression_verdict",
+           "statistical_decision", "statistical_texts", "too_few_to_decide"]
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,14 @@ def statistical_texts(interval: Callable[[Mapping], str], test: Callable[[Mappin
     return improvement, no_regression
 
 
+def is_sequential(look: int | None, max_looks: int | None) -> bool:
+    """Whether ``look`` is one of several (``compare --until-decisive`` with more than one look)."""
+    return look is not None and max_looks is not None and max_looks > 1
+
+
 def levels(policy: Policy, look: int | None, max_looks: int | None) -> tuple[float, float]:
     """``(alpha, confidence)`` at this look: the policy's, spent across the looks of a sequential comparison."""
-    if look is not None and max_looks is not None and max_looks > 1:
+    if is_sequential(look, max_looks):
         spent = sequential_thresholds(look, max_looks, alpha=policy.alpha, confidence=policy.confidence)
         return spent["alpha"], spent["confidence"]
     return policy.alpha, policy.confidence
@@ -239,14 +244,14 @@ def too_few_to_decide(policy: Policy, attempts: int, *,
             need += 1
         return need
 
-    if attempts >= floor(attempts):
+    here = floor(attempts)
+    if attempts >= here:
         return None
     need = attempts + 1
     while need < 1000 and need < floor(need):
         need += 1
     alpha, confidence, looks = levels_at(attempts)
     level = f"alpha = {alpha:g}" if looks == 1 else f"the last of its {looks} looks' alpha = {alpha:.3g}"
-    here = floor(attempts)
     if policy.mode == "improvement":
         if paired and looks == 1 and here < min_pairs_signed_rank(alpha):
             why = (f"at {level} it needs at least {here} {unit} (its signed-rank test "

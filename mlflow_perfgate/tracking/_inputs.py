@@ -373,8 +373,9 @@ def commit_time_tags(params: dict[str, str], commit_time: Any = None) -> dict[st
         if isinstance(commit_time, bool) or not isinstance(commit_time, (int, float)) \
                 or not math.isfinite(commit_time) or commit_time < 0:
             raise InputError(f"commit_time must be a finite number of POSIX seconds >= 0, got {commit_time!r}")
-        if commit_time > time.time() + _COMMIT_TIME_SLACK_S:
-            hint = " (milliseconds? divide by 1000)" if commit_time / 1000 <= time.time() + _COMMIT_TIME_SLACK_S else ""
+        latest = time.time() + _COMMIT_TIME_SLACK_S
+        if commit_time > latest:
+            hint = " (milliseconds? divide by 1000)" if commit_time / 1000 <= latest else ""
             raise InputError(f"commit_time {commit_time!r} lies in the future{hint}: give the commit's time in POSIX "
                              "seconds")
         if "revision" not in params:

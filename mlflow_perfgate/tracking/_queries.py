@@ -14,7 +14,8 @@ from ._schema import KIND_DECISION, PARAM, TAG
 __all__ = ["attempts_since", "decision_columns", "decisions"]
 
 _LABELS = ["group", "decision", "reason", "failed_checks", "reason_text", "objective", "method", "mode", "latency",
-           "p_value_method", "changed_variable", "baseline_value", "candidate_value", "suite", "suite_entry", "suite_decision"]
+           "p_value_method", "changed_variable", "baseline_value", "candidate_value", "suite", "suite_entry",
+           "suite_decision"]
 
 
 def suite_filter(suite: str) -> str:
