@@ -20,7 +20,12 @@ Prints, from one run:
    from an instrumented TinyLM, by runner;
 5. ``compare``: a comparison's efficiency, the sum of its attempts' measured step time over its
    wall time, for the main job's comparison (``compare("tinylm", {}, {"checkpoint": True},
-   attempts=5, objective="memory")`` on a temporary SQLite store; target at least 0.6), by runner.
+   attempts=5, objective="memory")`` on a temporary SQLite store; target at least 0.6), by runner;
+6. ``mainjob``: the main job as a user runs it (the MLproject's ``main`` command with its
+   defaults, a fresh process on a fresh SQLite store), by ``--runner``: its wall time, its
+   diagnosis run's and its comparison's (the decision run's start to end), and that comparison's
+   efficiency where the main job runs it (with fork, one server serves the diagnosis and the
+   comparison, warmed while the process imports mlflow).
 
 The 1-minute load average is printed before and after: other work on the machine shows up in
 every figure.
@@ -34,7 +39,10 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +55,7 @@ from mlflow_perfgate.workloads import attempt_runner, interleave, make_workload,
 from mlflow_perfgate.workloads._timing import pinned_threads, time_steps
 from mlflow_perfgate.workloads.tinylm import TinyLMConfig, TinyLMWorkload
 
-SECTIONS = ("clock", "spread", "runners", "phases", "compare")
+SECTIONS = ("clock", "spread", "runners", "phases", "compare", "mainjob")
 
 
 def compare_clocks(conditions: dict, threads: int, steps: int, rounds: int, min_run_time: float) -> None:
@@ -262,6 +270,61 @@ def compare_efficiency(threads: int, kinds: list[str], extra_steps: int = 0) -> 
     print("('outside s' is the fork server's warm-up, once, MLflow logging, the evaluation, its plot and report)\n")
 
 
+def main_job_command(runner: str) -> list[str]:
+    """The MLproject's ``main`` command with its parameters' defaults, run by this interpreter."""
+    import yaml
+
+    project = yaml.safe_load((Path(__file__).resolve().parents[1] / "MLproject").read_text())
+    entry = project["entry_points"]["main"]
+    defaults = {name: spec["default"] for name, spec in entry["parameters"].items()}
+    argv = shlex.split(entry["command"].format(**defaults))
+    assert argv[0] == "python", argv
+    return [sys.executable, *argv[1:], "--runner", runner]
+
+
+def main_job(kinds: list[str], repeats: int) -> None:
+    """The main job end to end, by runner: wall time, its diagnosis's and comparison's, efficiency."""
+    from mlflow.tracking import MlflowClient
+
+    print(f"main job: the MLproject's main command (defaults), a fresh process and SQLite store, {repeats} run(s) "
+          "per runner, alternating")
+    print(f"{'runner':>7} {'job s':>6} {'to diagnosis s':>15} {'diagnosis s':>12} {'comparison s':>13}"
+          f" {'measured s':>11} {'efficiency':>11} {'measured/job':>13}")
+    rows: dict[str, list[tuple]] = {kind: [] for kind in kinds}
+    for _ in range(repeats):
+        for kind in kinds:
+            with tempfile.TemporaryDirectory() as tmp:
+                uri = f"sqlite:///{tmp}/mlflow.db"
+                env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+                env.pop("MLFLOW_RUN_ID", None)
+                started = time.time()
+                done = subprocess.run(main_job_command(kind), env=env, cwd=tmp, capture_output=True, text=True)
+                wall = time.time() - started
+                if done.returncode not in (0, 1, 3):
+                    raise SystemExit(f"the main job failed ({done.returncode}):\n{done.stderr[-3000:]}")
+                client = MlflowClient(tracking_uri=uri)
+                runs = client.search_runs(["0"], max_results=1000)
+                kind_of = {r.info.run_id: r.data.tags.get("perfgate.kind") for r in runs}
+                diagnosis = next(r for r in runs if kind_of[r.info.run_id] == "diagnosis")
+                decision = next(r for r in runs if kind_of[r.info.run_id] == "decision")
+                measured = sum(m.value for r in runs if kind_of[r.info.run_id] == "attempt"
+                               for m in client.get_metric_history(r.info.run_id, "step_time_ms")) / 1e3
+                row = (wall, diagnosis.info.start_time / 1e3 - started,
+                       (diagnosis.info.end_time - diagnosis.info.start_time) / 1e3,
+                       (decision.info.end_time - decision.info.start_time) / 1e3, measured)
+                rows[kind].append(row)
+                print(f"{kind:>7} {row[0]:>6.2f} {row[1]:>15.2f} {row[2]:>12.2f} {row[3]:>13.2f} {row[4]:>11.2f}"
+                      f" {row[4] / row[3]:>11.2f} {row[4] / row[0]:>13.2f}")
+    for kind, values in rows.items():
+        job, comparison, measured = (statistics.median(v[i] for v in values) for i in (0, 3, 4))
+        print(f"{kind:>7} median: job {job:.2f} s, comparison {comparison:.2f} s, efficiency "
+              f"{statistics.median(v[4] / v[3] for v in values):.2f} (target 0.6)")
+    if {"fork", "spawn"} <= set(rows):
+        ratio = statistics.median(v[0] for v in rows["spawn"]) / statistics.median(v[0] for v in rows["fork"])
+        print(f"spawn job / fork job: {ratio:.2f}")
+    print()
+
+
 def _load() -> str:
     """The 1-minute load average: other work on the machine shows up in every figure above."""
     return f"{os.getloadavg()[0]:.2f}"
@@ -289,6 +352,7 @@ def main() -> None:
     parser.add_argument("--compare-runners", default="fork,spawn", help="runners of the compare section")
     parser.add_argument("--compare-steps", type=int, default=100,
                         help="also the fork comparison with this many measured steps per attempt (0: not)")
+    parser.add_argument("--main-job-runs", type=int, default=2, help="main jobs per runner (mainjob)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}")
     args = parser.parse_args()
     sections = args.only.split(",")
@@ -308,6 +372,8 @@ def main() -> None:
         phase_breakdown(conditions, args.threads, max(3, args.runner_attempts // 2))
     if "compare" in sections:
         compare_efficiency(args.threads, args.compare_runners.split(","), args.compare_steps)
+    if "mainjob" in sections:
+        main_job(args.compare_runners.split(","), args.main_job_runs)
     print(f"\ntotal {time.perf_counter() - started:.1f} s, load average {_load()} ({_loadavg()})")
 
 

@@ -759,7 +759,8 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
               help="torch threads in the diagnosis and in every attempt.")
 @click.option("--in-process", is_flag=True, help="Diagnose and run attempts in this process.")
 @click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
-              help="What starts each supervised attempt's child (see compare --help).")
+              help="What starts the diagnosis's child and each attempt's (see compare --help); with fork, "
+                   "one warm server serves both.")
 @_INTERLEAVE
 @decision_options
 @click.option("--no-progress", is_flag=True, help="No progress bar.")

@@ -381,7 +381,6 @@ def compare(
     _check_interleave(interleave, variable, base, objective, supervised, runner)
     from tqdm import tqdm  # the checks above need none of these
 
-    from .tracking import TAG, end_run, evaluate_group, group_state, start_attempt, start_comparison, sync, tag_run
     from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, run_attempt, run_interleaved
     from .workloads import interleave as abba
 
@@ -394,6 +393,11 @@ def compare(
     if owned:
         active = attempt_runner(runner, workload=workload)
     try:
+        # While the fork runner's server warms up in its own process, this one imports what it
+        # needs later (mlflow, the statistics, the plots): no attempt runs yet, so nothing measured
+        # shares the machine with these imports.
+        from .tracking import TAG, end_run, evaluate_group, group_state, start_attempt, start_comparison, sync, tag_run
+        _preload_for_decision()
         _check_workload(workload, active, timeout_s)  # before anything is written
         group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         held = group_state(group, experiment_name=experiment_name)
@@ -403,9 +407,7 @@ def compare(
                 "comparison's attempts to them, or choose another --group")
         planned = keep_planned_repeats(held, base, candidate) if resume else None
         from .rules._statistical import too_few_to_decide
-        from .rules._stats import preload_step_quantile
 
-        preload_step_quantile()  # each attempt's p10 is computed as it is written
         too_few = None if held["attempts"] else too_few_to_decide(
             policy, max_attempts if until_decisive else attempts,
             looks_for=(lambda most: _max_looks(attempts, most)) if until_decisive else None)
@@ -505,6 +507,21 @@ def compare(
             active.close()
     result["comparison_run_id"] = comparison_id
     return result
+
+
+def _preload_for_decision() -> None:
+    """Import now what the comparison needs between and after its attempts.
+
+    ``scipy.stats`` (each attempt's p10 is computed as it is written, between attempts: in the
+    process that runs them when unsupervised) and matplotlib (the decision's plots). Called
+    while a fork runner's server warms up, the imports cost the comparison no time of its own
+    on a machine with a core to spare.
+    """
+    from .rules._stats import preload_step_quantile
+    from .tracking._report import preload_plotting
+
+    preload_step_quantile()
+    preload_plotting()
 
 
 def _check_workload(workload: str, runner: Any, timeout_s: float) -> None:
@@ -669,6 +686,7 @@ def diagnose(
     supervised: bool = True,
     timeout_s: float = 300.0,
     threads: int | None = None,
+    runner: Any = None,
 ) -> dict:
     """Evidence -> hypothesis -> single-variable plan, logged as a diagnosis run.
 
@@ -688,6 +706,11 @@ def diagnose(
         supervised: collect in a child process (the default); ``False`` collects here.
         timeout_s: wall-clock limit of the collection (supervised), seconds.
         threads: torch threads during the collection (default: the current count).
+        runner: supervised, what starts the collecting child: ``None`` (default) or ``spawn``, a
+            fresh interpreter; an ``AttemptRunner`` the caller owns (a fork runner's warm server
+            forks the child: :func:`pipeline` shares its comparison's runner this way); ``fork``
+            or ``auto``, a fork runner made for this diagnosis alone and closed after it (its
+            server's start costs what a spawned child's does).
 
     Returns:
         ``{"bundle", "synthesis", "plan", "objective", "change_reason", "diagnosis_run_id",
@@ -702,6 +725,35 @@ def diagnose(
     started_ms = int(time.time() * 1000)
     base = _base_conditions(workload, conditions, attempts)
     require_fixed_conditions(base)
+    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner
+
+    if supervised and runner is not None and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
+        raise InputError(f"runner must be one of {list(RUNNER_KINDS)}, None or an AttemptRunner, got {runner!r}")
+    owned = supervised and runner in ("auto", "fork")
+    active = runner if supervised and isinstance(runner, AttemptRunner) else None
+    if owned:
+        try:
+            active = attempt_runner(runner, workload=workload)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+    try:
+        from .tracking import log_diagnosis  # noqa: F401 - mlflow's import, while a fork server warms up
+
+        return _diagnose_with(workload, base, active, attempts=attempts, capacity_mib=capacity_mib,
+                              experiment_name=experiment_name, steps=steps, profile=profile,
+                              capacity_alert_ratio=capacity_alert_ratio,
+                              hotspot_alert_share_pct=hotspot_alert_share_pct, parent_run_id=parent_run_id,
+                              supervised=supervised, timeout_s=timeout_s, threads=threads, started_ms=started_ms)
+    finally:
+        if owned:
+            active.close()
+
+
+def _diagnose_with(workload: str, base: dict, runner: Any, *, attempts: int, capacity_mib: float | None,
+                   experiment_name: str | None, steps: int, profile: bool, capacity_alert_ratio: float,
+                   hotspot_alert_share_pct: float, parent_run_id: str | None, supervised: bool, timeout_s: float,
+                   threads: int | None, started_ms: int) -> dict:
+    """:func:`diagnose`'s collection, judgement and logging, its runner (or ``None``) chosen."""
     from .errors import WorkloadFailed
     from .tracking import log_diagnosis, log_failed_diagnosis, run_url
     from .workloads import run_diagnosis
@@ -713,7 +765,8 @@ def diagnose(
         try:
             with quiet:
                 evidence = run_diagnosis(workload, base, out_dir=tmp, steps=steps, capacity_mib=capacity_mib or None,
-                                         profile=profile, threads=threads, timeout_s=timeout_s, supervised=supervised)
+                                         profile=profile, threads=threads, timeout_s=timeout_s, supervised=supervised,
+                                         runner=runner)
         except ValueError as exc:
             raise InputError(str(exc)) from None
         if not evidence.ok:
@@ -765,9 +818,11 @@ def pipeline(
     When the diagnosis finds no strong signal (or is blocked by correctness), the comparison
     tests ``fallback_change`` on latency instead, and says so; without a fallback it stops after
     the diagnosis. Under ``mlflow run`` (``MLFLOW_RUN_ID`` set) the diagnosis and the comparison
-    nest under the project's run. ``runner`` and ``interleave`` are :func:`compare`'s; ``supervised``,
-    ``timeout_s`` (the diagnosis's limit and each attempt's) and ``threads`` apply to the diagnosis
-    and to every attempt.
+    nest under the project's run. ``runner`` and ``interleave`` are :func:`compare`'s; one runner
+    serves the diagnosis and the comparison (with fork, one warm server forks the diagnosis's
+    child and every attempt's: ``import torch`` is paid once, while this process imports mlflow).
+    ``supervised``, ``timeout_s`` (the diagnosis's limit and each attempt's) and ``threads``
+    apply to the diagnosis and to every attempt.
 
     Returns:
         ``{"diagnosis": ..., "decision": <evaluate_group's result or None>, "change": ...,
@@ -775,11 +830,41 @@ def pipeline(
     """
     if interleave not in INTERLEAVE_MODES:  # before the diagnosis; compare checks the rest once the change is known
         raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
+    require_fixed_conditions(_base_conditions(workload, conditions, attempts))  # before a server starts
+    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner
+
+    if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
+        raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
+    # One runner for the diagnosis and the comparison: with fork, one warm server forks the
+    # diagnosis's child and every attempt's, and it warms up while this process imports mlflow.
+    owned = supervised and not isinstance(runner, AttemptRunner)
+    active = runner
+    if owned:
+        try:
+            active = attempt_runner(runner, workload=workload)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+    try:
+        _preload_for_decision()
+        return _pipeline_with(workload, conditions, active if supervised else None, attempts=attempts,
+                              capacity_mib=capacity_mib, fallback_change=fallback_change,
+                              experiment_name=experiment_name, steps=steps, progress=progress, supervised=supervised,
+                              timeout_s=timeout_s, interleave=interleave, threads=threads, **evaluate_kwargs)
+    finally:
+        if owned:
+            active.close()
+
+
+def _pipeline_with(workload: str, conditions: dict, runner: Any, *, attempts: int, capacity_mib: float | None,
+                   fallback_change: dict | None, experiment_name: str | None, steps: int, progress: bool,
+                   supervised: bool, timeout_s: float, interleave: str, threads: int | None,
+                   **evaluate_kwargs: Any) -> dict:
+    """:func:`pipeline` once its runner (``None`` unsupervised) is made."""
     parent = os.environ.get("MLFLOW_RUN_ID") or None
     chosen_objective = evaluate_kwargs.pop("objective", None)
     report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
                       experiment_name=experiment_name, steps=steps, parent_run_id=parent,
-                      supervised=supervised, timeout_s=timeout_s, threads=threads)
+                      supervised=supervised, timeout_s=timeout_s, threads=threads, runner=runner)
     plan = report["plan"]
     fallback_used = plan["action"] != "run_comparison"
     if fallback_used:
@@ -791,7 +876,8 @@ def pipeline(
         change, objective = {variable: plan["candidate"][variable]}, chosen_objective or report["objective"]
     decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
                        objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
-                       hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, runner=runner,
-                       interleave=interleave, threads=threads, **evaluate_kwargs)
+                       hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent,
+                       runner=runner if supervised else "auto", interleave=interleave, threads=threads,
+                       **evaluate_kwargs)
     return {"diagnosis": report, "decision": decision, "change": change, "objective": objective,
             "fallback_used": fallback_used}

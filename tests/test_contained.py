@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -288,6 +289,49 @@ def test_a_workload_that_crashes_or_hangs_fails_its_diagnosis(do, how, failure, 
     assert runs[0].data.tags[TAG.END_REASON] == f"diagnosis failed: {failure}"
 
 
+@pytest.mark.parametrize(
+    ("do", "timeout_s", "failure"),
+    [
+        ("segfault", 120.0, "killed by signal SIGSEGV"),
+        ("sleep", 3.0, "timeout after 3.0s"),
+        ("exit", 120.0, "exited: sys.exit(0) inside the workload"),
+    ],
+)
+def test_a_diagnosis_forked_by_the_warm_server_fails_as_a_spawned_one(do, timeout_s, failure, sqlite_uri):
+    from mlflow_perfgate.errors import WorkloadFailed
+    from mlflow_perfgate.harness import diagnose
+
+    with workloads.attempt_runner("fork") as runner:
+        with pytest.raises(WorkloadFailed, match=re.escape(f"diagnosis failed: {failure}")):
+            diagnose(f"{HOSTILE}:staged_hostile", {**FIXED, "do": do}, steps=2, threads=1, timeout_s=timeout_s,
+                     runner=runner)
+        # the server outlived its child's crash, hang or exit: the next task is forked by the same one
+        assert runner.status()["torch_ops"] == 0 and runner.servers_started == 1
+    runs = MlflowClient().search_runs([MlflowClient().get_experiment_by_name("Default").experiment_id])
+    assert [(r.info.status, r.data.tags[TAG.FAILURE]) for r in runs] == [("FAILED", failure)]
+
+
+def test_a_pipeline_diagnoses_and_compares_in_children_of_one_warm_server(sqlite_uri, tmp_path):
+    from mlflow_perfgate.harness import pipeline
+
+    marker = tmp_path / "marker"
+    name = f"{HOSTILE}:marked_tinylm"
+    conditions = {"model": "TinyLM", "input_shape": "2,16", "batch_size": 2, "dtype": "fp32", "device": "cpu",
+                  "measurement_method": "wall_ms", "checkpoint": False, "steps": 2, "warmup": 0,
+                  "marker": str(marker)}
+    with workloads.attempt_runner("fork", workload=name) as runner:
+        server = runner.status()["pid"]
+        out = pipeline(name, conditions, attempts=2, steps=2, threads=1, timeout_s=120, capacity_mib=5.0,
+                       fallback_change={"checkpoint": True},
+                       progress=False, runner=runner, min_valid_runs=2)
+        assert runner.servers_started == 1 and runner.status()["pid"] == server
+    assert out["decision"] is not None and len(out["change"]) == 1
+    rows = [line.split() for line in marker.read_text().splitlines()]
+    # the diagnosis's child and each attempt's (2 per arm), every one forked by that one server
+    assert len({pid for pid, _, _ in rows}) == len(rows) == 5
+    assert {(parent, flag) for _, parent, flag in rows} == {(str(server), "1")}
+
+
 def test_a_supervised_diagnosis_pins_its_threads(sqlite_uri, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["diagnose", "--workload", f"{HOSTILE}:staged_hostile", *FIXED_SETS, "--steps", "2", "--threads", "1",
@@ -298,11 +342,12 @@ def test_a_supervised_diagnosis_pins_its_threads(sqlite_uri, capsys):
     assert MlflowClient().get_run(report["diagnosis_run_id"]).info.status == "FINISHED"
 
 
-def test_a_pipeline_whose_diagnosis_crashes_stops_there_in_one_line(sqlite_uri, capsys):
+@pytest.mark.parametrize("runner", ["auto", "spawn"])
+def test_a_pipeline_whose_diagnosis_crashes_stops_there_in_one_line(runner, sqlite_uri, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["pipeline", "--workload", f"{HOSTILE}:staged_hostile", "--set", "do=segfault", *FIXED_SETS,
               "--steps", "2", "--threads", "1", "--timeout", "120", "--fallback-change", "do=nothing",
-              "--no-progress", "--gate"])
+              "--no-progress", "--gate", "--runner", runner])
     assert exit_info.value.code == 2
     assert "diagnosis failed: killed by signal SIGSEGV" in capsys.readouterr().err
     kinds = [r.data.tags.get(TAG.KIND) for r in

@@ -285,6 +285,15 @@ def _arm_label(result: dict, arm: str) -> str:
     return f"{variable}={value}\n({arm})" if variable else arm
 
 
+def preload_plotting() -> None:
+    """Import matplotlib (its Agg backend) and pyplot now, before the decision's plots need them."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot  # noqa: F401
+    import matplotlib.ticker  # noqa: F401
+
+
 def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
     """The figure of one plot: each arm's attempts as points, its median and tail marked.
 

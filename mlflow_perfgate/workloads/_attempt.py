@@ -668,6 +668,8 @@ class Spawned:
     timed_out: bool
     wall_s: float
     log_tail: str
+    #: Why, when what ran the child failed rather than the child (a fork runner's server died).
+    reason: str | None = None
 
 
 def spawn_contained(spec: dict, result_path: Path, timeout_s: float, log_path: Path) -> Spawned:

@@ -149,7 +149,8 @@ def write_diagnosis_failure(result_path: str, error: BaseException) -> None:
 
 def run_diagnosis(workload_name: str, conditions: dict, *, out_dir: str | os.PathLike, steps: int = 5,
                   capacity_mib: float | None = None, profile: bool = True, threads: int | None = None,
-                  timeout_s: float = DEFAULT_TIMEOUT_S, supervised: bool = True) -> DiagnosisResult:
+                  timeout_s: float = DEFAULT_TIMEOUT_S, supervised: bool = True,
+                  runner=None) -> DiagnosisResult:
     """Collect a diagnosis's evidence: the probe, then (a valid run) stage times, memory, a profile.
 
     Args:
@@ -164,6 +165,8 @@ def run_diagnosis(workload_name: str, conditions: dict, *, out_dir: str | os.Pat
             everything below it is killed. In-process: not enforced.
         supervised: in a spawned, contained child (the default); ``False`` runs it here (a
             crash ends the caller, a hang is never interrupted).
+        runner: supervised, the :class:`AttemptRunner` whose child collects (a fork runner's
+            warm server forks it: no ``import torch`` of its own); ``None``, a spawned child.
 
     Returns:
         The :class:`DiagnosisResult`; a failure of the workload is ``ok=False`` with its reason.
@@ -199,7 +202,10 @@ def run_diagnosis(workload_name: str, conditions: dict, *, out_dir: str | os.Pat
             "threads": torch.get_num_threads() if threads is None else threads}
     with tempfile.TemporaryDirectory(prefix="perfgate-diagnosis-") as tmp:
         result_path = Path(tmp) / "result.json"
-        ended = spawn_contained(spec, result_path, float(timeout_s), Path(tmp) / "child.log")
+        if runner is None:
+            ended = spawn_contained(spec, result_path, float(timeout_s), Path(tmp) / "child.log")
+        else:
+            ended = runner.run_task(spec, result_path, Path(tmp) / "child.log", float(timeout_s))
         stored = note = None
         if not ended.timed_out and result_path.exists():
             try:
@@ -211,6 +217,8 @@ def run_diagnosis(workload_name: str, conditions: dict, *, out_dir: str | os.Pat
     if ended.timed_out:
         return DiagnosisResult(ok=False, failure=_timeout_reason(timeout_s), failure_detail=ended.log_tail or None,
                                **base)
+    if ended.reason is not None:
+        return DiagnosisResult(ok=False, failure=ended.reason, failure_detail=ended.log_tail or None, **base)
     if stored is not None and "refused" in stored:
         raise WorkloadRefused(str(stored["refused"]))
     if ended.exitcode != 0 or stored is None or not isinstance(stored.get("diagnosis"), dict):

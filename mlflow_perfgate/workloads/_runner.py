@@ -30,6 +30,7 @@ from ._attempt import (
     _CONTAIN_MODULE,
     DEFAULT_TIMEOUT_S,
     AttemptResult,
+    Spawned,
     WorkloadRefused,
     child_env,
     end_child,
@@ -136,6 +137,23 @@ class AttemptRunner:
         """
         workload_target(workload_name)
         return None
+
+    def run_task(self, spec: dict, result_path: Path, log_path: Path, timeout_s: float) -> Spawned:
+        """Run a child task other than an attempt (``spec['task']``, e.g. ``'diagnose'``), contained.
+
+        The child runs ``_child.run_spec(spec, result_path)``, its output going to ``log_path``;
+        the caller reads the result. Here (and for the spawn runner) a spawned, contained child
+        (:func:`spawn_contained`); the fork runner forks it from its warm server.
+
+        Returns:
+            How it ended: a :class:`Spawned`, whose ``reason`` says why when the runner itself
+            failed (its server died), not the child.
+
+        Raises:
+            ValueError: the workload's name does not resolve (:class:`WorkloadRefused`), found
+                by the fork runner's server before it forked the child.
+        """
+        return spawn_contained(spec, result_path, timeout_s, log_path)
 
     def close(self) -> None:
         """Release what the runner holds. Safe to call twice."""
@@ -439,6 +457,32 @@ class ForkRunner(AttemptRunner):
         if ending.how == "server_died":
             return f"the attempt server died while it checked the workload: {ending.reason}"
         return ending.note or None
+
+    def run_task(self, spec: dict, result_path: Path, log_path: Path, timeout_s: float) -> Spawned:
+        """A forked child of the warm server runs the task (:meth:`AttemptRunner.run_task`).
+
+        The server's warm-up is not charged to ``timeout_s`` (nor to ``wall_s``), as for an attempt.
+        """
+        started = time.perf_counter()
+        Path(log_path).touch()
+        request = {"op": "run", "spec": spec, "result": str(result_path), "log": str(log_path),
+                   "cwd": os.getcwd(), "env": child_env(), "path": [os.path.abspath(p) for p in sys.path if p]}
+        with self._lock:
+            server = self._live_server()
+            try:
+                ending = self._exchange(server, request, time.monotonic() + float(timeout_s))
+            except BaseException:
+                self._discard(server)
+                raise
+        if ending.how == "refused":
+            raise WorkloadRefused(ending.note)
+        log_tail = tail(Path(log_path).read_text(errors="replace"))
+        if ending.note:
+            log_tail = f"{ending.note}\n{log_tail}" if log_tail else ending.note
+        exitcode = ending.exitcode if isinstance(ending.exitcode, int) else -9
+        return Spawned(exitcode=exitcode, timed_out=ending.how == "timeout",
+                       wall_s=time.perf_counter() - started - ending.waited_s, log_tail=log_tail,
+                       reason=f"attempt server died: {ending.reason}" if ending.how == "server_died" else None)
 
     def _run_spec(self, spec: dict, timeout_s: float) -> AttemptResult:
         started = time.perf_counter()

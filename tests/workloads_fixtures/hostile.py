@@ -352,6 +352,7 @@ class _StagedHostile(_ProbeRaiser):
         super().__init__(conditions)
         self.do = conditions.get("do", "nothing")
         self.at_call = int(conditions.get("at_call", 1))
+        self.marker = conditions.get("marker")
         self.calls = 0
 
     def forward(self, batch: torch.Tensor) -> torch.Tensor:
@@ -365,6 +366,9 @@ class _StagedHostile(_ProbeRaiser):
                 sys.exit(0)
             elif self.do == "raise":
                 raise RuntimeError("forward boom")
+            elif self.do == "mark_parent":
+                with open(self.marker, "a") as handle:
+                    handle.write(f"{os.getpid()} {os.getppid()} {int(_parent_is_attempt_server())}\n")
         return super().forward(batch)
 
     def expected_output_shape(self, batch: torch.Tensor) -> None:
@@ -372,5 +376,17 @@ class _StagedHostile(_ProbeRaiser):
 
 
 def staged_hostile(conditions: dict) -> _StagedHostile:
-    """For a diagnosis: ``forward`` segfaults, sleeps, calls ``sys.exit(0)`` or raises (``do``)."""
+    """For a diagnosis: ``forward`` segfaults, sleeps, calls ``sys.exit(0)``, raises, or
+    (``mark_parent``) appends ``<pid> <parent pid> <1 if the parent is the attempt server>`` to
+    ``conditions['marker']`` (``do``)."""
     return _StagedHostile(conditions)
+
+
+def marked_tinylm(conditions: dict):
+    """TinyLM that, when built, appends ``<pid> <parent pid> <1 if the parent is the attempt server>``
+    to ``conditions['marker']``: which process built each diagnosis's and attempt's workload."""
+    from mlflow_perfgate.workloads import make_workload
+
+    with open(conditions["marker"], "a") as handle:
+        handle.write(f"{os.getpid()} {os.getppid()} {int(_parent_is_attempt_server())}\n")
+    return make_workload("tinylm", {k: v for k, v in conditions.items() if k != "marker"})
