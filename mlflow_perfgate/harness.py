@@ -535,11 +535,11 @@ def _check_workload(workload: str, runner: Any, timeout_s: float) -> None:
     Raises:
         InputError: no such module, an ``ImportError`` in it, or no such factory.
     """
-    from .workloads import resolve_workload
-
     note = None
     try:
         if runner is None:
+            from .workloads import resolve_workload  # imports torch: in-process attempts run here anyway
+
             resolve_workload(workload)
         else:
             note = runner.check(workload, timeout_s=timeout_s)

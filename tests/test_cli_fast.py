@@ -65,6 +65,18 @@ def test_help_and_bad_input_answer_before_mlflow_or_torch_is_imported(tmp_path, 
     assert not (tmp_path / "never.db").exists()
 
 
+def test_a_supervised_compare_imports_no_torch_in_the_process_that_runs_it(tmp_path):
+    # the fork runner's server and the attempts' children import torch; the command does not
+    sets = ["--set", "input_shape=2,16", "--set", "dtype=fp32", "--set", "steps=2", "--set", "warmup=0"]
+    outcome, err = _probe(["compare", "--workload", "tinylm", *sets, "--change", "checkpoint=true", "--attempts", "1",
+                           "--min-valid-runs", "1", "--no-progress", "--group", "no-torch"], tmp_path)
+    assert outcome["heavy"] == ["mlflow"], err
+    assert outcome["code"] in (0, 1, 3), err
+    runs = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/never.db").search_runs(["0"])
+    attempts = [r for r in runs if r.data.tags.get("perfgate.kind") == "attempt"]
+    assert len(attempts) == 2 and all(r.data.tags["perfgate.env.torch_threads"].isdigit() for r in attempts)
+
+
 def _lines(*items) -> str:
     return "\n".join(json.dumps(item) for item in items) + "\n"
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import mlflow_perfgate.workloads as workloads
 from mlflow_perfgate import rules
 from mlflow_perfgate.workloads import AttemptResult, interleave, run_attempt
+from mlflow_perfgate.workloads._attempt import child_env
 
 from helpers import running
 
@@ -143,6 +144,17 @@ def test_fork_server_runs_no_torch_op_and_forks_with_one_thread(fork_runner, mon
     assert "torch operation(s)" in reason and "other thread(s) running" in reason
     # The server is a separate process that the attempts left as it was.
     assert status["pid"] != os.getpid() and fork_runner.servers_started == 1
+
+
+@needs_fork
+def test_the_fork_server_reports_a_fresh_torch_thread_count_for_a_caller_without_torch(fork_runner):
+    fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                           capture_output=True, text=True, check=True, env=child_env())
+    status = fork_runner.status()
+    # read in a forked child: the server itself still runs on one thread, no torch op
+    assert status["default_threads"] == int(fresh.stdout) and status["threads"] == 1 and status["torch_ops"] == 0
+    # this caller imported torch: its own count is the default (it may have set it)
+    assert fork_runner.default_threads() == torch.get_num_threads()
 
 
 @needs_fork
@@ -307,10 +319,23 @@ def test_interleave_balances_arms_and_positions(n):
 
 
 def test_exported_names_are_exactly_the_public_ones():
+    for name in workloads.__all__:  # names load on first use: each resolves
+        getattr(workloads, name)
     public = {name for name in vars(workloads) if not name.startswith("_")}
     modules = {name for name in public if type(getattr(workloads, name)).__name__ == "module"}
     assert set(workloads.__all__) == public - modules
     assert workloads.__all__ == sorted(workloads.__all__)
+
+
+def test_the_side_that_starts_children_imports_no_torch():
+    code = (
+        "import sys\n"
+        "from mlflow_perfgate.workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, interleave, "
+        "run_attempt, run_diagnosis, run_interleaved\n"
+        "import mlflow_perfgate.harness, mlflow_perfgate.suite\n"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_workloads_layer_imports_neither_mlflow_nor_tracking():

@@ -2,59 +2,50 @@
 
 It imports neither mlflow nor ``mlflow_perfgate.tracking``. Ranking and judging live in
 ``mlflow_perfgate.rules``; this layer uses them only to check the records it produces.
+
+Names load on first use: a caller that only runs supervised attempts (the runners,
+``run_attempt``, ``run_interleaved``, ``run_diagnosis``) imports no torch; the children, and
+in-process attempts, do.
 """
 
-from ._attempt import DEFAULT_TIMEOUT_S, AttemptResult, interleave, run_attempt
-from ._conditions import choice, flag, integer, number, shape
-from ._diagnosis import DiagnosisResult, run_diagnosis
-from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
-from ._hardware import native_bf16
-from ._hf import HFWorkload, hf_workload
-from ._interleave import execute_interleaved, run_interleaved
-from ._interface import (
-    BUILTIN_WORKLOADS,
-    STAGES,
-    Workload,
-    WorkloadProtocol,
-    make_workload,
-    resolve_workload,
-)
-from ._probe import probe_correctness
-from ._runner import RUNNER_KINDS, AttemptRunner, ForkRunner, SpawnRunner, attempt_runner, fork_available
-from ._timing import pinned_threads
+from .._lazy import lazy_exports as _lazy_exports
 
-__all__ = sorted([
-    "AttemptResult",
-    "AttemptRunner",
-    "BUILTIN_WORKLOADS",
-    "DEFAULT_TIMEOUT_S",
-    "DiagnosisResult",
-    "ForkRunner",
-    "HFWorkload",
-    "RUNNER_KINDS",
-    "SpawnRunner",
-    "STAGES",
-    "attempt_runner",
-    "Workload",
-    "WorkloadProtocol",
-    "choice",
-    "collect_memory_evidence",
-    "collect_time_evidence",
-    "execute_interleaved",
-    "flag",
-    "fork_available",
-    "hf_workload",
-    "integer",
-    "interleave",
-    "make_workload",
-    "native_bf16",
-    "number",
-    "pinned_threads",
-    "probe_correctness",
-    "profile_operators",
-    "resolve_workload",
-    "run_attempt",
-    "run_interleaved",
-    "run_diagnosis",
-    "shape",
-])
+_EXPORTS = {
+    "AttemptResult": "_attempt",
+    "AttemptRunner": "_runner",
+    "BUILTIN_WORKLOADS": "_names",
+    "DEFAULT_TIMEOUT_S": "_attempt",
+    "DiagnosisResult": "_diagnosis",
+    "ForkRunner": "_runner",
+    "HFWorkload": "_hf",
+    "RUNNER_KINDS": "_runner",
+    "SpawnRunner": "_runner",
+    "STAGES": "_interface",
+    "Workload": "_interface",
+    "WorkloadProtocol": "_interface",
+    "attempt_runner": "_runner",
+    "choice": "_conditions",
+    "collect_memory_evidence": "_evidence",
+    "collect_time_evidence": "_evidence",
+    "execute_interleaved": "_interleave",
+    "flag": "_conditions",
+    "fork_available": "_runner",
+    "hf_workload": "_hf",
+    "integer": "_conditions",
+    "interleave": "_attempt",
+    "make_workload": "_interface",
+    "native_bf16": "_hardware",
+    "number": "_conditions",
+    "pinned_threads": "_timing",
+    "probe_correctness": "_probe",
+    "profile_operators": "_evidence",
+    "resolve_workload": "_interface",
+    "run_attempt": "_attempt",
+    "run_diagnosis": "_diagnosis",
+    "run_interleaved": "_interleave",
+    "shape": "_conditions",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = _lazy_exports(__name__, {name: f".{module}" for name, module in _EXPORTS.items()}, globals())

@@ -37,17 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .._contain import kill_tree
 from ..rules import validate_validity_report
 from ._conditions import parse_int
 from ._contention import ContentionSampler, summarize_steps
-from ._evidence import collect_memory_evidence
-from ._interface import device_of, make_workload, missing_stages, resolve_workload, workload_target
-from ._probe import probe_correctness
-from ._timing import TimedSteps, pinned_threads, time_steps
+from ._names import workload_target
 from ._wire import FormatError, read_json, write_json_atomic
+
+# torch, and the modules that need it, are imported where an attempt runs (in its child, or
+# here when in-process): the side that only starts children imports no torch (``_runner``).
 
 __all__ = ["AttemptResult", "DEFAULT_TIMEOUT_S", "interleave", "run_attempt"]
 
@@ -283,6 +281,7 @@ def interleave(n: int, arms: tuple[str, str] = ("baseline", "candidate")) -> lis
 def _describe_exception(error: BaseException) -> str:
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     label = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    torch = sys.modules.get("torch")  # the workload's code imported it, if it raised one of its errors
     oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), MemoryError) if t)
     if isinstance(error, oom_types) or (
         isinstance(error, RuntimeError) and any(m in message.lower() for m in _OOM_MARKERS)
@@ -301,6 +300,10 @@ def _timeout_reason(timeout_s: float) -> str:
 
 def _can_inspect(workload: Any) -> bool:
     """Whether the probe and the memory estimate apply (a model and the stage methods)."""
+    import torch
+
+    from ._interface import missing_stages
+
     return isinstance(getattr(workload, "model", None), torch.nn.Module) and not missing_stages(workload)
 
 
@@ -313,6 +316,13 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
     a ``sys.exit``), the measured steps completed before it are kept in the result, with their
     contention figures. ``KeyboardInterrupt`` is not the workload's failure: it propagates.
     """
+    import torch
+
+    from ._evidence import collect_memory_evidence
+    from ._interface import device_of, make_workload
+    from ._probe import probe_correctness
+    from ._timing import TimedSteps, pinned_threads, time_steps
+
     started = time.perf_counter()
     deadline = None if timeout_s is None else started + timeout_s
     fields: dict[str, Any] = {}
@@ -458,6 +468,9 @@ def _localise_non_finite(workload_name: str, conditions: dict, good_steps: int,
         When the replay shows no problem, the record still says what was observed (a
         non-finite loss, ``first_failure='loss'``) and that it did not reproduce.
     """
+    from ._interface import make_workload
+    from ._probe import probe_correctness
+
     replayed = None
     try:
         replayed = make_workload(workload_name, conditions)
@@ -522,13 +535,15 @@ def prepare_spec(workload_name: str, conditions: dict, *, warmup: int | None, st
     if not isinstance(conditions, dict):
         raise ValueError(f"conditions must be a dict, got {type(conditions).__name__}")
     if import_workload:
+        from ._interface import resolve_workload
+
         resolve_workload(workload_name)
     else:
         workload_target(workload_name)
     warmup = _resolve_count("warmup", warmup, conditions, DEFAULT_WARMUP, minimum=0)
     steps = _resolve_count("steps", steps, conditions, DEFAULT_STEPS, minimum=1)
     if threads is None:
-        threads = torch.get_num_threads()
+        threads = caller_threads()
     elif type(threads) is not int or threads < 1:
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
@@ -540,6 +555,17 @@ def prepare_spec(workload_name: str, conditions: dict, *, warmup: int | None, st
             raise ValueError(f"conditions must be JSON-serialisable for a supervised attempt: {error}") from error
     return {"workload": workload_name, "conditions": conditions, "warmup": warmup, "steps": steps,
             "threads": threads, "probe": probe}
+
+
+def caller_threads() -> int:
+    """torch's intra-op thread count here, the default of an attempt's ``threads`` (imports torch).
+
+    A fork runner, whose caller need not import torch, asks its server instead
+    (``ForkRunner.default_threads``) unless the caller has imported it.
+    """
+    import torch
+
+    return torch.get_num_threads()
 
 
 def child_env() -> dict:
@@ -754,7 +780,9 @@ def run_attempt(
         warmup: warm-up steps (default ``conditions['warmup']``, else 2).
         steps: measured steps (default ``conditions['steps']``, else 10).
         threads: torch intra-op threads during the attempt; ``None`` uses the caller's current
-            count (also in the child), so both modes measure with the same threads.
+            count (also in the child), so both modes measure with the same threads. A caller
+            that has not imported torch (the command line) gets a fresh interpreter's count,
+            which the fork runner's server reads in a forked child.
         supervised: run in a child process that may crash, hang or be killed without harming the
             caller. ``False`` runs in this process: faster, but a kill or segfault takes the
             caller with it and a hung step is never interrupted.

@@ -19,8 +19,6 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from ._attempt import (
     DEFAULT_TIMEOUT_S,
     WorkloadRefused,
@@ -28,13 +26,14 @@ from ._attempt import (
     _timeout_reason,
     describe_failure,
     exit_reason,
+    caller_threads,
     spawn_contained,
 )
-from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
-from ._interface import make_workload, resolve_workload, workload_target
-from ._probe import probe_correctness
-from ._timing import pinned_threads
+from ._names import workload_target
 from ._wire import FormatError, read_json, write_json_atomic
+
+# torch and the modules that need it are imported where the evidence is collected (the child,
+# or here unsupervised): a supervised caller imports no torch.
 
 __all__ = ["DiagnosisResult", "run_diagnosis"]
 
@@ -98,6 +97,13 @@ def collect_in_process(workload_name: str, conditions: dict, *, steps: int, capa
 
     The body of both modes (the child calls it). ``KeyboardInterrupt`` propagates.
     """
+    import torch
+
+    from ._evidence import collect_memory_evidence, collect_time_evidence, profile_operators
+    from ._interface import make_workload
+    from ._probe import probe_correctness
+    from ._timing import pinned_threads
+
     started = time.perf_counter()
     instance = None
     bundle: dict = {}
@@ -184,6 +190,8 @@ def run_diagnosis(workload_name: str, conditions: dict, *, out_dir: str | os.Pat
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     out_dir = os.fspath(out_dir)
     if not supervised:
+        from ._interface import resolve_workload
+
         try:
             resolve_workload(workload_name)
         except ValueError:
@@ -199,7 +207,8 @@ def run_diagnosis(workload_name: str, conditions: dict, *, out_dir: str | os.Pat
         raise ValueError(f"conditions must be JSON-serialisable for a supervised diagnosis: {error}") from error
     spec = {"task": "diagnose", "workload": workload_name, "conditions": conditions, "steps": steps,
             "capacity_mib": capacity_mib, "profile": profile, "out_dir": out_dir,
-            "threads": torch.get_num_threads() if threads is None else threads}
+            "threads": threads if threads is not None else
+            (caller_threads() if runner is None else runner.default_threads())}
     with tempfile.TemporaryDirectory(prefix="perfgate-diagnosis-") as tmp:
         result_path = Path(tmp) / "result.json"
         if runner is None:

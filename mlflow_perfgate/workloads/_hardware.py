@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
-
 __all__ = ["native_bf16"]
 
 #: /proc/cpuinfo flags of x86 CPUs that compute in bf16 in hardware: AVX-512 BF16 (Cooper Lake,
@@ -52,6 +50,10 @@ def native_bf16(device: Any = "cpu", *, cpuinfo: str | os.PathLike = "/proc/cpui
     Raises:
         ValueError: ``device`` is no device name.
     """
+    if isinstance(device, str) and device.strip().lower() == "cpu":
+        return _native_bf16_cpu(cpuinfo)  # the CPU's flags: no torch needed (the diagnosis's caller has none)
+    import torch
+
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as error:
@@ -74,11 +76,15 @@ def native_bf16(device: Any = "cpu", *, cpuinfo: str | os.PathLike = "/proc/cpui
             return True, f"{name} (compute capability {major}.{minor}) computes in bf16 natively"
         return False, f"{name} (compute capability {major}.{minor}) emulates bf16"
     if dev.type == "cpu":
-        flags = _cpu_flags(cpuinfo)
-        if flags is None:
-            return False, f"cannot read CPU flags from {os.fspath(cpuinfo)}: bf16 not known to be native"
-        found = [flag for flag in CPU_BF16_FLAGS if flag in flags]
-        if found:
-            return True, f"CPU with {' and '.join(found)}: bf16 is native"
-        return False, f"CPU without {' or '.join(CPU_BF16_FLAGS)} in {os.fspath(cpuinfo)}: bf16 is emulated"
+        return _native_bf16_cpu(cpuinfo)
     return False, f"bf16 support is not checked for device type {dev.type!r}"
+
+
+def _native_bf16_cpu(cpuinfo: str | os.PathLike) -> tuple[bool, str]:
+    flags = _cpu_flags(cpuinfo)
+    if flags is None:
+        return False, f"cannot read CPU flags from {os.fspath(cpuinfo)}: bf16 not known to be native"
+    found = [flag for flag in CPU_BF16_FLAGS if flag in flags]
+    if found:
+        return True, f"CPU with {' and '.join(found)}: bf16 is native"
+    return False, f"CPU without {' or '.join(CPU_BF16_FLAGS)} in {os.fspath(cpuinfo)}: bf16 is emulated"

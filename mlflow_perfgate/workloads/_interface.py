@@ -12,6 +12,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
+from ._names import BUILTIN_WORKLOADS, HF_PREFIX, workload_target
 from ._outputs import loss_of
 
 __all__ = [
@@ -23,11 +24,6 @@ __all__ = [
     "resolve_workload",
 ]
 
-#: Built-in short names for factories.
-BUILTIN_WORKLOADS: dict[str, str] = {"tinylm": "mlflow_perfgate.workloads.tinylm:make_workload"}
-
-#: The prefix of a workload name that wraps a Hugging Face model factory: ``hf:module:function``.
-HF_PREFIX = "hf"
 
 #: The non-overlapping stages of a training step, in execution order, and the method behind each.
 STAGES: tuple[tuple[str, str], ...] = (
@@ -145,27 +141,6 @@ class Workload:
 
     def close(self) -> None:
         """Release resources such as DataLoader worker processes. Safe to call twice."""
-
-
-def workload_target(name: str) -> tuple[str, str]:
-    """The module and function a workload name stands for, without importing anything.
-
-    Raises:
-        ValueError: the name is neither built in nor of the form ``module:function``.
-    """
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"workload must be a non-empty string, got {name!r}")
-    target = BUILTIN_WORKLOADS.get(name.strip().lower(), name.strip())
-    prefix, sep, rest = target.partition(":")
-    if sep and prefix.lower() == HF_PREFIX:
-        target = rest  # hf:module:function: the user's module is what gets imported
-    module_name, sep, function_name = target.partition(":")
-    if not sep or not module_name or not function_name:
-        raise ValueError(
-            f"workload must be one of {sorted(BUILTIN_WORKLOADS)}, 'module:function' or "
-            f"'hf:module:function', got {name!r}"
-        )
-    return module_name, function_name
 
 
 def resolve_workload(name: str) -> Callable[[dict], Any]:

@@ -50,11 +50,10 @@ from ._attempt import (
     write_result,
 )
 from ._contention import ContentionSampler, summarize_steps
-from ._evidence import collect_memory_evidence
-from ._interface import device_of, make_workload
-from ._probe import probe_correctness
-from ._timing import TimedSteps, pinned_threads, time_steps
 from ._wire import FormatError, read_json, write_json_atomic
+
+# torch and the modules that need it are imported in the child that runs the pair (the
+# functions before prepare_interleaved_spec); the runner's side imports no torch.
 
 __all__ = ["INTERLEAVED", "execute_interleaved", "pair_results", "prepare_interleaved_spec", "run_interleaved",
            "run_interleaved_spec", "run_pair", "step_positions"]
@@ -81,6 +80,8 @@ class _Arm:
     """One arm's state in the shared child."""
 
     def __init__(self, conditions: dict):
+        from ._timing import TimedSteps
+
         self.conditions = conditions
         self.workload: Any = None
         self.device = None
@@ -123,6 +124,9 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
         ``(result of arm A, result of arm B)``, each as :func:`execute_in_process` would give it
         (``supervised=False``), with ``step_order`` and the shared ``wall_s``.
     """
+    from ._interface import device_of, make_workload
+    from ._timing import pinned_threads, time_steps
+
     started = time.perf_counter()
     deadline = None if timeout_s is None else started + timeout_s
     arms = (_Arm(dict(conditions_a)), _Arm(dict(conditions_b)))
@@ -172,6 +176,8 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
 
 def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeout_s: float | None) -> None:
     """The measured steps, one at a time in the shared ABBA order; an arm that failed drops out."""
+    from ._timing import time_steps
+
     if not any(arm.alive for arm in arms):
         return
     with ContentionSampler(warn=False) as sampler:
@@ -193,6 +199,9 @@ def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeou
 
 def _finish_arm(arm: _Arm, workload_name: str, probe: bool) -> None:
     """An arm's figures after the measured steps: latency, contention, quality, memory, the probe."""
+    from ._evidence import collect_memory_evidence
+    from ._probe import probe_correctness
+
     measured, fields = arm.measured, arm.fields
     fields["step_times_ms"] = measured.times_ms
     fields["step_order"] = arm.order

@@ -32,6 +32,7 @@ from ._attempt import (
     AttemptResult,
     Spawned,
     WorkloadRefused,
+    caller_threads,
     child_env,
     end_child,
     exit_reason,
@@ -43,8 +44,8 @@ from ._attempt import (
     spawn_contained,
 )
 from ._attempt import _tail as tail
-from ._interface import workload_target
 from ._interleave import run_pair
+from ._names import workload_target
 from ._wire import FormatError, decode_line, encode_line, read_json
 
 __all__ = ["AttemptRunner", "ForkRunner", "RUNNER_KINDS", "SpawnRunner", "attempt_runner", "fork_available"]
@@ -137,6 +138,14 @@ class AttemptRunner:
         """
         workload_target(workload_name)
         return None
+
+    def default_threads(self) -> int:
+        """The torch thread count of an attempt that names none: torch's count in this process.
+
+        The fork runner's caller need not import torch: it asks its server then (the count a
+        fresh interpreter starts with, read in a forked child).
+        """
+        return caller_threads()
 
     def run_task(self, spec: dict, result_path: Path, log_path: Path, timeout_s: float) -> Spawned:
         """Run a child task other than an attempt (``spec['task']``, e.g. ``'diagnose'``), contained.
@@ -392,7 +401,9 @@ class ForkRunner(AttemptRunner):
             ``pid``, ``threads`` (its ``Threads:`` count), ``cuda_initialized``,
             ``torch_ops`` (aten operations seen during its imports), ``preloaded`` (workload
             modules imported there), ``not_preloaded`` (workload -> why not), ``warm_failures``,
-            ``warm_s`` and ``containment`` (``'parent-death signal, subreaper'``, or why
+            ``warm_s``, ``default_threads`` (torch's thread count in a fresh interpreter, read
+            in a forked child: an attempt's default when the caller has not imported torch)
+            and ``containment`` (``'parent-death signal, subreaper'``, or why
             ``prctl`` is unavailable here).
 
         Raises:
@@ -417,10 +428,28 @@ class ForkRunner(AttemptRunner):
             self._discard(server)
             raise RuntimeError(f"the attempt server did not answer within {timeout_s}s")
 
+    def default_threads(self, timeout_s: float = _START_LIMIT_S) -> int:
+        """torch's thread count here when the caller has imported torch (it may have set it),
+        else the count the server's forked child found in a fresh torch (the server itself
+        runs nothing of torch); the wait for the server's warm-up is not an attempt's.
+        """
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "get_num_threads"):
+            return torch.get_num_threads()
+        with self._lock:
+            server = self._live_server()
+            try:
+                ready = server.wait_ready(time.monotonic() + timeout_s)
+            except _ServerGone:
+                ready = False
+            found = server.info.get("default_threads") if ready else None
+        return found if type(found) is int and found >= 1 else caller_threads()
+
     def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
             steps: int | None = None, threads: int | None = None, probe: bool = True,
             timeout_s: float = DEFAULT_TIMEOUT_S) -> AttemptResult:
-        spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps, threads=threads,
+        spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps,
+                            threads=self.default_threads() if threads is None else threads,
                             timeout_s=timeout_s, probe=probe, supervised=True)
         with self._lock:
             result = self._run_spec(spec, float(timeout_s))
@@ -435,7 +464,7 @@ class ForkRunner(AttemptRunner):
                 return self._run_spec(spec, limit)
 
         return run_pair(run_spec, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
-                        threads=threads, probe=probe, timeout_s=timeout_s, import_workload=False)
+                        threads=self.default_threads() if threads is None else threads, probe=probe, timeout_s=timeout_s, import_workload=False)
 
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         """The server's supervised import is the check (:meth:`AttemptRunner.check`)."""

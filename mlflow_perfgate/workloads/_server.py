@@ -70,6 +70,12 @@ WARM_MODULES = (
     "multiprocessing.popen_fork",
     "multiprocessing.queues",
     "multiprocessing.synchronize",
+    # what an attempt's and a diagnosis's child run, imported where they run (the runner's
+    # side imports no torch), so here, once
+    "mlflow_perfgate.workloads._evidence",
+    "mlflow_perfgate.workloads._probe",
+    "mlflow_perfgate.workloads._timing",
+    "mlflow_perfgate.workloads._diagnosis",
     "mlflow_perfgate.workloads.tinylm",
 )
 
@@ -119,6 +125,30 @@ def settle() -> None:
     os.waitpid(pid, 0)
 
 
+def default_threads() -> int | None:
+    """torch's intra-op thread count in a fresh interpreter, read in a forked child (the server
+    itself never asks torch: even that may start its thread pool's runtime). ``None`` if the
+    child could not say."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            os.write(write, str(torch.get_num_threads()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        answer = os.read(read, 64)
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    try:
+        return int(answer)
+    except ValueError:
+        return None
+
+
 class Server:
     """The request loop; every child it forks leaves through :func:`exit_now`, never back here."""
 
@@ -138,6 +168,7 @@ class Server:
         self.warm_failures: dict[str, str] = {}
         self.started = time.perf_counter()
         self.warm_s = 0.0
+        self.default_threads: int | None = None
 
     # -- protocol ---------------------------------------------------------------------------
 
@@ -385,6 +416,7 @@ class Server:
                               for name, v in self.verdicts.items() if not v.get("preload")},
             "warm_failures": dict(self.warm_failures),
             "warm_s": self.warm_s,
+            "default_threads": self.default_threads,
             "containment": _contain.UNAVAILABLE or "parent-death signal, subreaper",
         }
 
@@ -398,6 +430,7 @@ class Server:
             except Exception as error:  # noqa: BLE001 - a child imports what it needs anyway
                 self.warm_failures[name] = f"{type(error).__name__}: {error}"
         settle()
+        self.default_threads = default_threads()
         # Objects that exist now are never collected in a child: a collection there then does
         # not write to (and copy) every page the server shares with it.
         gc.collect()
