@@ -381,7 +381,7 @@ def compare(
     _check_interleave(interleave, variable, base, objective, supervised, runner)
     from tqdm import tqdm  # the checks above need none of these
 
-    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner, run_attempt, run_interleaved
+    from .workloads import RUNNER_KINDS, AttemptRunner, run_attempt, run_interleaved
     from .workloads import interleave as abba
 
     if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
@@ -391,7 +391,7 @@ def compare(
     owned = supervised and not isinstance(runner, AttemptRunner)
     active = runner if supervised and not owned else None
     if owned:
-        active = attempt_runner(runner, workload=workload)
+        active = _made_runner(runner, workload)
     try:
         # While the fork runner's server warms up in its own process, this one imports what it
         # needs later (mlflow, the statistics, the plots): no attempt runs yet, so nothing measured
@@ -507,6 +507,17 @@ def compare(
             active.close()
     result["comparison_run_id"] = comparison_id
     return result
+
+
+def _made_runner(kind: str, workload: str) -> Any:
+    """``attempt_runner(kind, workload)`` (with fork, its server already warming up); ``'fork'``
+    where fork is unavailable is an :class:`InputError`, before anything runs."""
+    from .workloads import attempt_runner
+
+    try:
+        return attempt_runner(kind, workload=workload)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _preload_for_decision() -> None:
@@ -725,17 +736,14 @@ def diagnose(
     started_ms = int(time.time() * 1000)
     base = _base_conditions(workload, conditions, attempts)
     require_fixed_conditions(base)
-    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner
+    from .workloads import RUNNER_KINDS, AttemptRunner
 
     if supervised and runner is not None and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
         raise InputError(f"runner must be one of {list(RUNNER_KINDS)}, None or an AttemptRunner, got {runner!r}")
     owned = supervised and runner in ("auto", "fork")
     active = runner if supervised and isinstance(runner, AttemptRunner) else None
     if owned:
-        try:
-            active = attempt_runner(runner, workload=workload)
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
+        active = _made_runner(runner, workload)
     try:
         from .tracking import log_diagnosis  # noqa: F401 - mlflow's import, while a fork server warms up
 
@@ -831,7 +839,7 @@ def pipeline(
     if interleave not in INTERLEAVE_MODES:  # before the diagnosis; compare checks the rest once the change is known
         raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
     require_fixed_conditions(_base_conditions(workload, conditions, attempts))  # before a server starts
-    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner
+    from .workloads import RUNNER_KINDS, AttemptRunner
 
     if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
         raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
@@ -840,10 +848,7 @@ def pipeline(
     owned = supervised and not isinstance(runner, AttemptRunner)
     active = runner
     if owned:
-        try:
-            active = attempt_runner(runner, workload=workload)
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
+        active = _made_runner(runner, workload)
     try:
         _preload_for_decision()
         return _pipeline_with(workload, conditions, active if supervised else None, attempts=attempts,

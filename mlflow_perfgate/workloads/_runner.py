@@ -470,15 +470,8 @@ class ForkRunner(AttemptRunner):
         """The server's supervised import is the check (:meth:`AttemptRunner.check`)."""
         workload_target(workload_name)
         with self._lock, tempfile.TemporaryDirectory(prefix="perfgate-check-") as tmp:
-            request = {"op": "check", "workload": workload_name, "result": str(Path(tmp) / "result.json"),
-                       "log": str(Path(tmp) / "child.log"), "cwd": os.getcwd(), "env": child_env(),
-                       "path": [os.path.abspath(p) for p in sys.path if p]}
-            server = self._live_server()
-            try:
-                ending = self._exchange(server, request, time.monotonic() + float(timeout_s))
-            except BaseException:
-                self._discard(server)
-                raise
+            request = _request("check", Path(tmp) / "result.json", Path(tmp) / "child.log", workload=workload_name)
+            ending = self._follow_request(request, time.monotonic() + float(timeout_s))
         if ending.how == "refused":
             raise WorkloadRefused(ending.note)
         if ending.how == "timeout":
@@ -494,15 +487,9 @@ class ForkRunner(AttemptRunner):
         """
         started = time.perf_counter()
         Path(log_path).touch()
-        request = {"op": "run", "spec": spec, "result": str(result_path), "log": str(log_path),
-                   "cwd": os.getcwd(), "env": child_env(), "path": [os.path.abspath(p) for p in sys.path if p]}
         with self._lock:
-            server = self._live_server()
-            try:
-                ending = self._exchange(server, request, time.monotonic() + float(timeout_s))
-            except BaseException:
-                self._discard(server)
-                raise
+            ending = self._follow_request(_request("run", result_path, log_path, spec=spec),
+                                          time.monotonic() + float(timeout_s))
         if ending.how == "refused":
             raise WorkloadRefused(ending.note)
         log_tail = tail(Path(log_path).read_text(errors="replace"))
@@ -519,17 +506,8 @@ class ForkRunner(AttemptRunner):
         with tempfile.TemporaryDirectory(prefix="perfgate-attempt-") as tmp:
             result_path, log_path = Path(tmp) / "result.json", Path(tmp) / "child.log"
             log_path.touch()
-            server = self._live_server()
-            request = {"op": "run", "spec": spec, "result": str(result_path), "log": str(log_path),
-                       "cwd": os.getcwd(), "env": child_env(),
-                       "path": [os.path.abspath(p) for p in sys.path if p]}
-            try:
-                ending = self._exchange(server, request, deadline)
-            except BaseException:
-                # An interrupt: nothing of the attempt may outlive it, and the server's state
-                # is unknown, so the next attempt gets a fresh one.
-                self._discard(server)
-                raise
+            # an interrupt discards the server: the next attempt gets a fresh one
+            ending = self._follow_request(_request("run", result_path, log_path, spec=spec), deadline)
             # The server's warm-up is the runner's, once: not this attempt's time.
             wall_s = time.perf_counter() - started - ending.waited_s
             log_tail = tail(log_path.read_text(errors="replace"))
@@ -554,6 +532,16 @@ class ForkRunner(AttemptRunner):
         return result_of_ending(spec, timeout_s=timeout_s, runner="fork", wall_s=wall_s, exitcode=ending.exitcode,
                                 timed_out=ending.how == "timeout", payload=payload, log_tail=log_tail,
                                 died_detail=died_detail)
+
+    def _follow_request(self, request: dict, deadline: float) -> _Ending:
+        """:meth:`_exchange` with the live server (the caller holds the lock); on an interrupt the
+        server is discarded: nothing of the request may outlive it, and its state is unknown."""
+        server = self._live_server()
+        try:
+            return self._exchange(server, request, deadline)
+        except BaseException:
+            self._discard(server)
+            raise
 
     def _exchange(self, server: _Server, request: dict, deadline: float) -> _Ending:
         """Send one run request and follow its events to the end, the deadline enforced here.
@@ -637,6 +625,13 @@ class ForkRunner(AttemptRunner):
                 self._server.close()
                 self._server = None
             self._scratch.cleanup()
+
+
+def _request(op: str, result_path: Path, log_path: Path, **fields: Any) -> dict:
+    """A request to the server for a child: where it writes, and this process's directory,
+    environment and ``sys.path`` (the child runs as a spawned one would, here)."""
+    return {"op": op, **fields, "result": str(result_path), "log": str(log_path), "cwd": os.getcwd(),
+            "env": child_env(), "path": [os.path.abspath(p) for p in sys.path if p]}
 
 
 def attempt_runner(kind: str = "auto", workload: str | None = None) -> AttemptRunner:
