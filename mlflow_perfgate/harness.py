@@ -381,17 +381,11 @@ def compare(
     _check_interleave(interleave, variable, base, objective, supervised, runner)
     from tqdm import tqdm  # the checks above need none of these
 
-    from .workloads import RUNNER_KINDS, AttemptRunner, run_attempt, run_interleaved
+    from .workloads import run_attempt, run_interleaved
     from .workloads import interleave as abba
 
-    if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
-        raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
-
     # One runner for the whole comparison: with fork, one warm server for all its attempts.
-    owned = supervised and not isinstance(runner, AttemptRunner)
-    active = runner if supervised and not owned else None
-    if owned:
-        active = _made_runner(runner, workload)
+    active, owned = _runner_for(runner, workload, supervised)
     try:
         # While the fork runner's server warms up in its own process, this one imports what it
         # needs later (mlflow, the statistics, the plots): no attempt runs yet, so nothing measured
@@ -509,15 +503,39 @@ def compare(
     return result
 
 
-def _made_runner(kind: str, workload: str) -> Any:
-    """``attempt_runner(kind, workload)`` (with fork, its server already warming up); ``'fork'``
-    where fork is unavailable is an :class:`InputError`, before anything runs."""
-    from .workloads import attempt_runner
+def _runner_for(runner: Any, workload: str, supervised: bool) -> tuple[Any, bool]:
+    """The runner a call uses, and whether the call made it (then it closes it).
 
+    Unsupervised: ``None``. A caller's ``AttemptRunner``: itself, not closed. A kind:
+    ``attempt_runner(kind, workload)`` (with fork, its server already warming up).
+
+    Raises:
+        InputError: not a kind nor a runner, or ``'fork'`` where fork is unavailable; before
+            anything runs.
+    """
+    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner
+
+    if not supervised:
+        return None, False
+    if isinstance(runner, AttemptRunner):
+        return runner, False
+    if runner not in RUNNER_KINDS:
+        raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
     try:
-        return attempt_runner(kind, workload=workload)
+        return attempt_runner(runner, workload=workload), True
     except ValueError as exc:
         raise InputError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def _runner_scope(runner: Any, workload: str, supervised: bool):
+    """:func:`_runner_for` as a ``with`` block: a runner the block made is closed when it ends."""
+    active, owned = _runner_for(runner, workload, supervised)
+    try:
+        yield active
+    finally:
+        if owned:
+            active.close()
 
 
 def _preload_for_decision() -> None:
@@ -736,47 +754,24 @@ def diagnose(
     started_ms = int(time.time() * 1000)
     base = _base_conditions(workload, conditions, attempts)
     require_fixed_conditions(base)
-    from .workloads import RUNNER_KINDS, AttemptRunner
-
-    if supervised and runner is not None and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
-        raise InputError(f"runner must be one of {list(RUNNER_KINDS)}, None or an AttemptRunner, got {runner!r}")
-    owned = supervised and runner in ("auto", "fork")
-    active = runner if supervised and isinstance(runner, AttemptRunner) else None
-    if owned:
-        active = _made_runner(runner, workload)
-    try:
-        from .tracking import log_diagnosis  # noqa: F401 - mlflow's import, while a fork server warms up
-
-        return _diagnose_with(workload, base, active, attempts=attempts, capacity_mib=capacity_mib,
-                              experiment_name=experiment_name, steps=steps, profile=profile,
-                              capacity_alert_ratio=capacity_alert_ratio,
-                              hotspot_alert_share_pct=hotspot_alert_share_pct, parent_run_id=parent_run_id,
-                              supervised=supervised, timeout_s=timeout_s, threads=threads, started_ms=started_ms)
-    finally:
-        if owned:
-            active.close()
-
-
-def _diagnose_with(workload: str, base: dict, runner: Any, *, attempts: int, capacity_mib: float | None,
-                   experiment_name: str | None, steps: int, profile: bool, capacity_alert_ratio: float,
-                   hotspot_alert_share_pct: float, parent_run_id: str | None, supervised: bool, timeout_s: float,
-                   threads: int | None, started_ms: int) -> dict:
-    """:func:`diagnose`'s collection, judgement and logging, its runner (or ``None``) chosen."""
     from .errors import WorkloadFailed
-    from .tracking import log_diagnosis, log_failed_diagnosis, run_url
-    from .workloads import run_diagnosis
 
     tmp = tempfile.mkdtemp(prefix="perfgate-diagnose-")
     try:
         # collected here, the profiler's own lines would reach the terminal: they go to a file instead
         quiet = contextlib.nullcontext() if supervised else _stderr_into(os.path.join(tmp, "profiler.log"))
-        try:
-            with quiet:
-                evidence = run_diagnosis(workload, base, out_dir=tmp, steps=steps, capacity_mib=capacity_mib or None,
-                                         profile=profile, threads=threads, timeout_s=timeout_s, supervised=supervised,
-                                         runner=runner)
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
+        # None: the spawn runner's child, as before runners existed
+        with _runner_scope("spawn" if runner is None else runner, workload, supervised) as active:
+            from .tracking import log_diagnosis, log_failed_diagnosis, run_url  # mlflow, while a server warms up
+            from .workloads import run_diagnosis
+
+            try:
+                with quiet:
+                    evidence = run_diagnosis(workload, base, out_dir=tmp, steps=steps,
+                                             capacity_mib=capacity_mib or None, profile=profile, threads=threads,
+                                             timeout_s=timeout_s, supervised=supervised, runner=active)
+            except ValueError as exc:
+                raise InputError(str(exc)) from None
         if not evidence.ok:
             run_id = log_failed_diagnosis(evidence.failure, evidence.failure_detail, base,
                                           experiment_name=experiment_name, workload=workload,
@@ -839,50 +834,28 @@ def pipeline(
     if interleave not in INTERLEAVE_MODES:  # before the diagnosis; compare checks the rest once the change is known
         raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
     require_fixed_conditions(_base_conditions(workload, conditions, attempts))  # before a server starts
-    from .workloads import RUNNER_KINDS, AttemptRunner
-
-    if supervised and not isinstance(runner, AttemptRunner) and runner not in RUNNER_KINDS:
-        raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
     # One runner for the diagnosis and the comparison: with fork, one warm server forks the
     # diagnosis's child and every attempt's, and it warms up while this process imports mlflow.
-    owned = supervised and not isinstance(runner, AttemptRunner)
-    active = runner
-    if owned:
-        active = _made_runner(runner, workload)
-    try:
+    with _runner_scope(runner, workload, supervised) as active:
         _preload_for_decision()
-        return _pipeline_with(workload, conditions, active if supervised else None, attempts=attempts,
-                              capacity_mib=capacity_mib, fallback_change=fallback_change,
-                              experiment_name=experiment_name, steps=steps, progress=progress, supervised=supervised,
-                              timeout_s=timeout_s, interleave=interleave, threads=threads, **evaluate_kwargs)
-    finally:
-        if owned:
-            active.close()
-
-
-def _pipeline_with(workload: str, conditions: dict, runner: Any, *, attempts: int, capacity_mib: float | None,
-                   fallback_change: dict | None, experiment_name: str | None, steps: int, progress: bool,
-                   supervised: bool, timeout_s: float, interleave: str, threads: int | None,
-                   **evaluate_kwargs: Any) -> dict:
-    """:func:`pipeline` once its runner (``None`` unsupervised) is made."""
-    parent = os.environ.get("MLFLOW_RUN_ID") or None
-    chosen_objective = evaluate_kwargs.pop("objective", None)
-    report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
-                      experiment_name=experiment_name, steps=steps, parent_run_id=parent,
-                      supervised=supervised, timeout_s=timeout_s, threads=threads, runner=runner)
-    plan = report["plan"]
-    fallback_used = plan["action"] != "run_comparison"
-    if fallback_used:
-        if plan["action"] == "fix_correctness_first" or not fallback_change:
-            return {"diagnosis": report, "decision": None, "change": None, "objective": None, "fallback_used": False}
-        change, objective = dict(fallback_change), chosen_objective or "latency"
-    else:
-        variable = plan["changed_variable"]
-        change, objective = {variable: plan["candidate"][variable]}, chosen_objective or report["objective"]
-    decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
-                       objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
-                       hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent,
-                       runner=runner if supervised else "auto", interleave=interleave, threads=threads,
-                       **evaluate_kwargs)
-    return {"diagnosis": report, "decision": decision, "change": change, "objective": objective,
-            "fallback_used": fallback_used}
+        parent = os.environ.get("MLFLOW_RUN_ID") or None
+        chosen_objective = evaluate_kwargs.pop("objective", None)
+        report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
+                          experiment_name=experiment_name, steps=steps, parent_run_id=parent,
+                          supervised=supervised, timeout_s=timeout_s, threads=threads, runner=active)
+        plan = report["plan"]
+        fallback_used = plan["action"] != "run_comparison"
+        if fallback_used:
+            if plan["action"] == "fix_correctness_first" or not fallback_change:
+                return {"diagnosis": report, "decision": None, "change": None, "objective": None,
+                        "fallback_used": False}
+            change, objective = dict(fallback_change), chosen_objective or "latency"
+        else:
+            variable = plan["changed_variable"]
+            change, objective = {variable: plan["candidate"][variable]}, chosen_objective or report["objective"]
+        decision = compare(workload, conditions, change, attempts=attempts, experiment_name=experiment_name,
+                           objective=objective, progress=progress, supervised=supervised, timeout_s=timeout_s,
+                           hypothesis=report["synthesis"]["hypothesis"], parent_run_id=parent, runner=active,
+                           interleave=interleave, threads=threads, **evaluate_kwargs)
+        return {"diagnosis": report, "decision": decision, "change": change, "objective": objective,
+                "fallback_used": fallback_used}
