@@ -24,9 +24,9 @@ from ._attempt import (
     WorkloadRefused,
     _tail,
     _timeout_reason,
+    caller_threads,
     describe_failure,
     exit_reason,
-    caller_threads,
     spawn_contained,
 )
 from ._names import workload_target

@@ -464,7 +464,8 @@ class ForkRunner(AttemptRunner):
                 return self._run_spec(spec, limit)
 
         return run_pair(run_spec, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
-                        threads=self.default_threads() if threads is None else threads, probe=probe, timeout_s=timeout_s, import_workload=False)
+                        threads=self.default_threads() if threads is None else threads, probe=probe,
+                        timeout_s=timeout_s, import_workload=False)
 
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         """The server's supervised import is the check (:meth:`AttemptRunner.check`)."""

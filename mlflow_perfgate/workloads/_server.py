@@ -128,7 +128,7 @@ def settle() -> None:
 def default_threads() -> int | None:
     """torch's intra-op thread count in a fresh interpreter, read in a forked child (the server
     itself never asks torch: even that may start its thread pool's runtime). ``None`` if the
-    child could not say."""
+    child could not say. Its fork settles the server as :func:`settle`'s does."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -429,8 +429,7 @@ class Server:
                     importlib.import_module(name)
             except Exception as error:  # noqa: BLE001 - a child imports what it needs anyway
                 self.warm_failures[name] = f"{type(error).__name__}: {error}"
-        settle()
-        self.default_threads = default_threads()
+        self.default_threads = default_threads()  # a fork: the thread pools that end at fork end here (settle)
         # Objects that exist now are never collected in a child: a collection there then does
         # not write to (and copy) every page the server shares with it.
         gc.collect()
