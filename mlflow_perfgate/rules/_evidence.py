@@ -6,6 +6,7 @@ import operator
 from typing import Any
 
 from ._errors import RuleTypeError, typed_inputs, check_finite, compare
+from ._scalars import plain_record, to_python
 
 __all__ = ["validate_validity_report", "top_hotspots", "synthesize_evidence"]
 
@@ -96,8 +97,10 @@ def top_hotspots(events: list, topk: int = 2) -> list:
         ValueError: an event misses a field, has a negative or non-finite ``total_ms`` or a
             ``calls`` <= 0, or all events together took no time.
     """
+    topk = to_python(topk)
     if not isinstance(events, list) or not events or compare(operator.le, topk, 0, "topk"):
         return []
+    events = [plain_record(event) for event in events]  # numpy, pandas, torch figures as Python numbers
     for event in events:
         try:
             complete = EVENT_FIELDS.issubset(event)
@@ -170,7 +173,10 @@ def synthesize_evidence(
         }
     if not {"time", "memory"} <= _keys(bundle, "the evidence bundle"):
         raise KeyError("a valid run also needs 'time' and 'memory' records in the bundle")
-    time_signal, memory_signal = bundle["time"], bundle["memory"]
+    time_signal, memory_signal = plain_record(bundle["time"]), plain_record(bundle["memory"])
+    if isinstance(time_signal, dict) and isinstance(time_signal.get("hotspot"), dict):
+        time_signal["hotspot"] = plain_record(time_signal["hotspot"])
+    capacity_alert_ratio, hotspot_alert_share_pct = to_python(capacity_alert_ratio), to_python(hotspot_alert_share_pct)
     if not hasattr(time_signal, "get") or not hasattr(memory_signal, "get"):
         raise RuleTypeError("the 'time' and 'memory' records must be dicts")
     if time_signal.get("evidence_type") != "time" or memory_signal.get("evidence_type") != "memory":

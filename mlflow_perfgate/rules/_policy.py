@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from ._errors import PolicyError, check_finite
+from ._scalars import to_python
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -174,8 +175,9 @@ class Policy:
                  latency: str | None = None, **thresholds: Any):
         from ._registry import METHODS, OBJECTIVES, threshold_settings
 
-        options = {"margin": margin, "alpha": alpha, "confidence": confidence}
+        options = {"margin": to_python(margin), "alpha": to_python(alpha), "confidence": to_python(confidence)}
         options = {name: _OPTIONS[name].default if value is None else value for name, value in options.items()}
+        thresholds = {name: to_python(value) for name, value in thresholds.items()}
         if objective not in OBJECTIVES:
             raise PolicyError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
         if method not in METHODS:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ._errors import InputError, MissingField, RuleTypeError, check_finite
 from ._policy import LATENCY_KEYS
+from ._scalars import plain_flag, plain_mapping, plain_record, to_python
 from ._stats import nearest_rank
 
 __all__ = [
@@ -155,7 +156,8 @@ def interval_text(low, high, confidence) -> str:
 
 
 def _frozen(mapping: Mapping | None) -> Mapping:
-    return MappingProxyType(dict(mapping or {}))
+    """A read-only copy, its numpy, pandas and torch scalars made Python numbers (``_scalars.to_python``)."""
+    return MappingProxyType(plain_mapping(mapping))
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,16 @@ class ArmSummary:
     latency_key: str = "latency_ms"
     contended_runs: int | None = None
 
+    def __post_init__(self) -> None:
+        # a summary built by hand from numpy figures holds Python numbers all the same
+        for name in ("failure_rate", "median_ms", "p95_ms", "quality"):
+            object.__setattr__(self, name, to_python(getattr(self, name)))
+        for name in ("latencies", "pairs"):
+            object.__setattr__(self, name, tuple(to_python(value) for value in getattr(self, name)))
+        object.__setattr__(self, "values", _frozen({key: tuple(to_python(v) for v in values)
+                                                    for key, values in dict(self.values).items()}))
+        object.__setattr__(self, "figures", _frozen(self.figures))
+
     @classmethod
     def from_runs(cls, runs, metrics: Iterable[str] = (), latency_key: str = "latency_ms") -> "ArmSummary":
         """Summarise attempt records ``{"ok": bool, "latency_ms", "quality", "failure"}``.
@@ -214,6 +226,7 @@ class ArmSummary:
         otherwise: a fastest step and a median of steps are not one figure). The specification's
         functions always read ``latency_ms``.
         """
+        runs = [plain_record(run) for run in runs]  # numpy, pandas and torch scalars as Python numbers
         if any(type(_ok_flag(run)) is not bool for run in runs):
             raise ValueError("every run must declare a boolean 'ok' (True or False)")
         ok_indices = tuple(index for index, run in enumerate(runs) if run["ok"])
@@ -328,11 +341,16 @@ class Check:
     message: str
     figures: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # np.False_ is not False: a flag is made True, False or None here, or refused
+        object.__setattr__(self, "passed", plain_flag(self.passed, f"check {self.name!r} passed"))
+        object.__setattr__(self, "figures", _frozen(self.figures))
+
     @classmethod
     def build(cls, name: str, passed: bool | None, figures: Mapping[str, Any],
               text: Callable[[Mapping[str, Any]], str]) -> "Check":
         """A check whose message is ``text(figures)`` after the status word."""
-        figures = _frozen(figures)
+        figures, passed = _frozen(figures), plain_flag(passed, f"check {name!r} passed")
         return cls(name, passed, f"{STATUS_WORDS[passed]}: {text(figures)}", figures)
 
 
@@ -369,6 +387,12 @@ class Decision:
     advice: Mapping[str, Any] = field(default_factory=dict)
     companions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "figures", plain_mapping(self.figures))
+        object.__setattr__(self, "advice", plain_mapping(self.advice))
+        object.__setattr__(self, "companions", {name: plain_mapping(summary)
+                                                for name, summary in (self.companions or {}).items()})
 
     @property
     def failed_checks(self) -> list[str]:

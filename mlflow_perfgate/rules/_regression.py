@@ -12,6 +12,7 @@ from typing import Iterable
 from ._checks import decided, failure_notes, failure_rate_check, precondition, quality_check, tail_check
 from ._errors import RuleTypeError, check_finite, typed_inputs
 from ._policy import DEFAULT_THRESHOLDS, SPEC_THRESHOLDS, Policy, check_settings
+from ._scalars import to_python
 from ._records import FASTEST_KEY, STEP_P10_KEY, ArmSummary, Check, Decision, ms, pct
 from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._stats import nearest_rank
@@ -49,6 +50,7 @@ def percentile(values, fraction: float):
         values = list(values)
     except TypeError:
         raise RuleTypeError(f"values must be a list of numbers, got {type(values).__name__}") from None
+    values, fraction = [to_python(value) for value in values], to_python(fraction)
     if not values or not check_finite(fraction, "fraction") or not 0 <= fraction <= 1:
         raise ValueError(
             f"values must be non-empty and fraction must be in the range [0, 1]; got "
