@@ -243,10 +243,14 @@ run_recipe() {
     [[ "$ready" == 1 ]] || { tail -30 "$workdir/server.log" >&2; die "mlflow server did not answer"; }
 
     export MLFLOW_TRACKING_URI="$url"
+    # the writers and evaluate share one journal in the work folder, not the user's own (the
+    # per-user default, ~/.local/state/mlflow-perfgate/journal.jsonl): a run of the recipe leaves
+    # nothing pending there, and nothing a user left pending there holds up its evaluate
+    export MLFLOW_PERFGATE_JOURNAL="$workdir/journal.jsonl"
     unset MLFLOW_EXPERIMENT_NAME MLFLOW_EXPERIMENT_ID
     local experiment="recipe-$$-$RANDOM" group="scale-out-$$" expected=$((writers * attempts))
     write_helpers "$workdir"
-    cd "$workdir"   # the writers' journal (.perfgate/journal.jsonl) and evaluate's are the same file
+    cd "$workdir"
     log "$writers writers x $attempts attempts of group '$group' (experiment '$experiment') ..."
     local w
     for ((w = 0; w < writers; w++)); do
