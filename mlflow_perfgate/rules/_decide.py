@@ -7,6 +7,7 @@ from typing import Any
 
 from ._checks import contention_check, contention_flags
 from ._errors import MissingField, typed_inputs
+from ._guards import guarded
 from ._policy import Policy
 from ._records import ArmSummary, Decision
 from ._registry import METHODS, OBJECTIVES, Method
@@ -88,6 +89,8 @@ def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: in
 
     def rule(name: str) -> Decision:
         made = METHODS[name].rule(b, c, policy, objective, look=look, max_looks=max_looks)
+        if objective.name == "latency":  # the step figures the method did not test: never accept a slower step
+            made = guarded(made, b, c, policy)
         return uncontended(made, b, c) if policy.latency == "uncontended" else made
 
     decision = rule(policy.method)

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_THRESHOLDS",
     "LATENCIES",
     "LATENCY_KEYS",
+    "STEP_FIGURES",
     "MODES",
     "POLICY_SETTINGS",
     "Policy",
@@ -43,6 +44,12 @@ MODES = ("improvement", "non_regression")
 LATENCY_KEYS = MappingProxyType({"raw": "latency_ms", "uncontended": "uncontended_latency_ms",
                                  "fastest": "fastest_step_ms", "p10": "step_p10_ms"})
 LATENCIES = tuple(LATENCY_KEYS)
+#: The figures of an attempt's measured steps that answer the user's question, whatever latency
+#: option estimates the typical step: the typical step (``latency_ms``, the median of the steps),
+#: the mean step (``step_mean_ms``: measured time over steps, what throughput is) and the step
+#: tail (``step_p95_ms``, the nearest-rank P95 of the steps). A decision judges each of them
+#: (``_guards``); the latter two exist where the attempts were logged with their step times.
+STEP_FIGURES = MappingProxyType({"typical": "latency_ms", "mean": "step_mean_ms", "tail": "step_p95_ms"})
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
 from ._errors import InputError, MissingField, RuleTypeError, check_finite
-from ._policy import LATENCY_KEYS
+from ._policy import LATENCY_KEYS, STEP_FIGURES
 from ._scalars import plain_flag, plain_mapping, plain_record, to_python
 from ._stats import nearest_rank
 
@@ -199,6 +199,7 @@ class ArmSummary:
     figures: Mapping[str, float | None] = field(default_factory=dict)
     latency_key: str = "latency_ms"
     contended_runs: int | None = None
+    step_values: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # a summary built by hand from numpy figures holds Python numbers all the same
@@ -209,6 +210,8 @@ class ArmSummary:
         object.__setattr__(self, "values", _frozen({key: tuple(to_python(v) for v in values)
                                                     for key, values in dict(self.values).items()}))
         object.__setattr__(self, "figures", _frozen(self.figures))
+        object.__setattr__(self, "step_values", _frozen({key: tuple(to_python(v) for v in values)
+                                                         for key, values in dict(self.step_values).items()}))
 
     @classmethod
     def from_runs(cls, runs, metrics: Iterable[str] = (), latency_key: str = "latency_ms") -> "ArmSummary":
@@ -266,6 +269,7 @@ class ArmSummary:
             values[key] = metric_values
             figures.update(_metric_figures(metric_values, key))
         return cls(
+            step_values=_step_values(successful),
             attempted_runs=len(runs),
             valid_runs=len(successful),
             failed_runs=len(failed),
@@ -283,12 +287,23 @@ class ArmSummary:
             contended_runs=contended,
         )
 
+    def step_figure(self, key: str) -> float | None:
+        """The median over the successful attempts of one of :data:`STEP_FIGURES` (``None`` without it)."""
+        values = self.step_values.get(key)
+        return statistics.median(values) if values else None
+
     def to_dict(self) -> dict:
         """The specification's summary dict (plus the per-metric figures, when any, and
-        ``latency_key`` and ``contended_runs`` when the latencies are not ``latency_ms``)."""
+        ``latency_key`` and ``contended_runs`` when the latencies are not ``latency_ms``; and
+        ``typical_step_ms``, ``mean_step_ms`` and ``step_p95_ms``, each the median over the
+        attempts, when the records carry the mean step)."""
         judged = {} if self.latency_key == "latency_ms" else {"latency_key": self.latency_key}
         if self.contended_runs is not None:
             judged["contended_runs"] = self.contended_runs
+        if STEP_FIGURES["mean"] in self.step_values:
+            judged.update(typical_step_ms=self.step_figure(STEP_FIGURES["typical"]),
+                          mean_step_ms=self.step_figure(STEP_FIGURES["mean"]),
+                          step_p95_ms=self.step_figure(STEP_FIGURES["tail"]))
         return {
             "attempted_runs": self.attempted_runs,
             "valid_runs": self.valid_runs,
@@ -301,6 +316,20 @@ class ArmSummary:
             **self.figures,
             **judged,
         }
+
+
+def _step_values(successful: list[dict]) -> dict[str, tuple[float, ...]]:
+    """Each of :data:`STEP_FIGURES` that every successful record carries, in run order (finite and > 0,
+    else an :class:`InputError`); none without a successful record."""
+    found = {}
+    for key in STEP_FIGURES.values():
+        values = [run.get(key) for run in successful]
+        if not values or any(value is None for value in values):
+            continue
+        if not all(check_finite(value, key) and value > 0 for value in values):
+            raise InputError(f"{key} of a successful run must be a finite number > 0")
+        found[key] = tuple(values)
+    return found
 
 
 def _ok_flag(run: Any):

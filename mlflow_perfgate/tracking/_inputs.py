@@ -19,7 +19,7 @@ from typing import Any
 from .. import rules
 from ..rules._errors import InputError
 from ..rules._records import STEP_P10_FRACTION
-from ..rules._stats import step_quantile
+from ..rules._stats import nearest_rank, step_quantile
 from ._environment import ENV_TAG_PREFIX, commit_time as git_commit_time, fingerprint
 from ._schema import (
     ARMS,
@@ -220,7 +220,7 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
                              "for the step history), not among the extra metrics")
         result.metrics[key] = _real(value, f"metric {key!r}",
                                     positive=key in (METRIC.UNCONTENDED_LATENCY, METRIC.FASTEST_STEP,
-                                                     METRIC.STEP_P10))
+                                                     METRIC.STEP_P10, METRIC.STEP_MEAN, METRIC.STEP_P95))
     result.histories = _check_histories(histories, result.metrics)
     if step_times_ms is not None:
         if isinstance(step_times_ms, (str, bytes, dict, set, frozenset)) or not hasattr(step_times_ms, "__iter__"):
@@ -245,6 +245,16 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
             raise InputError(f"metric {METRIC.STEP_P10!r} is the 10th percentile of step_times_ms (Harrell-Davis, "
                              f"{p10!r}), got {given!r}; leave it out, it is written from the step times")
         result.metrics[METRIC.STEP_P10] = p10
+        # the mean step (throughput) and the step tail, judged beside the typical step
+        for key, value, words in ((METRIC.STEP_MEAN, math.fsum(result.step_times_ms) / len(result.step_times_ms),
+                                   "the mean of step_times_ms"),
+                                  (METRIC.STEP_P95, nearest_rank(sorted(result.step_times_ms), 0.95),
+                                   "the nearest-rank P95 of step_times_ms")):
+            given = result.metrics.get(key)
+            if given is not None and not math.isclose(given, value, rel_tol=1e-9):
+                raise InputError(f"metric {key!r} is {words} ({value!r}), got {given!r}; leave it out, it is "
+                                 "written from the step times")
+            result.metrics[key] = value
     elif ok:  # given without step times (a harness of one's own): fastest <= p10 <= the typical step
         # (written from the steps there is nothing to check: the fastest lies within them, and the
         # 10th percentile, a weighted mean of every step, may pass a median of tied steps)

@@ -197,6 +197,13 @@ class METRIC:
     #: A successful attempt's 10th percentile of ``step_time_ms`` (Harrell-Davis), written with
     #: the step times. What ``--latency p10`` judges.
     STEP_P10 = "step_p10_ms"
+    #: A successful attempt's mean measured step (the measured time over the steps: what its
+    #: throughput is), written with the step times. Judged beside the typical step (no worse
+    #: beyond the margin), so a periodic stall that leaves the median alone is still seen.
+    STEP_MEAN = "step_mean_ms"
+    #: A successful attempt's nearest-rank P95 of ``step_time_ms``, written with the step times:
+    #: its step tail, judged against ``maximum_p95_ratio``.
+    STEP_P95 = "step_p95_ms"
     #: History of a step-interleaved attempt: each measured step's position in its shared child's
     #: sequence of both arms' steps (A B B A ...).
     STEP_ORDER = "step_order"
