@@ -34,6 +34,29 @@ _COMMON_ROWS = (
 )
 
 
+#: The step figures every latency decision judges (``rules._guards``), where the attempts carry step
+#: times: each the median over the successful attempts of that attempt's figure.
+_STEP_ROWS = (("typical step (median of the steps)", "typical_step_ms"),
+              ("mean step (measured time / steps)", "mean_step_ms"), ("step tail (P95 of the steps)", "step_p95_ms"))
+#: The step checks and what each judges, for the report's "judged" line.
+_STEP_CHECKS = {"typical_step_ok": "the typical step", "mean_step_ok": "the mean step (throughput)",
+                "step_tail_ok": "the step tail (P95 of the steps)"}
+
+
+def judged_text(result: dict) -> str | None:
+    """Which figures the decision judged, in words: the method's tested figure, then the step checks."""
+    messages = result.get("messages") or {}
+    if result.get("objective", "latency") != "latency" or "decision" not in result or not messages:
+        return None
+    latency = result.get("latency", "raw")
+    tested = "the typical step (each attempt's median step)" if latency == "raw" else (
+        f"`{latency}` ({_JUDGED.get(latency, latency)}), as the estimator of the typical step")
+    guards = [words for name, words in _STEP_CHECKS.items() if name in messages]
+    if not guards:
+        return f"{tested}; the attempts carry no step times, so their tail is the P95 over attempts"
+    return f"{tested}, tested by the method; and no worse beyond its bound: {', '.join(guards)}"
+
+
 def _fmt(value, unit: str = "") -> str:
     if value is None:
         return "n/a"
@@ -49,7 +72,8 @@ def _fmt(value, unit: str = "") -> str:
 def _rows() -> list[tuple[str, str, str, bool]]:
     """(label, key, unit, shown only when an arm has it): the common rows, then each objective's."""
     rows = [(label, key, unit, False) for label, key, unit in _COMMON_ROWS]
-    seen = {key for _, key, _ in _COMMON_ROWS}
+    rows += [(label, key, " ms", True) for label, key in _STEP_ROWS]
+    seen = {key for _, key, _ in _COMMON_ROWS} | {key for _, key in _STEP_ROWS}
     for name in OBJECTIVES:
         for figure in OBJECTIVES[name].arm_figures:
             if figure.name not in seen:
@@ -146,6 +170,9 @@ def decision_markdown(result: dict) -> str:
         if result.get("latency", "raw") != "raw" and result.get("objective", "latency") == "latency":
             how += f"; latency judged: `{result['latency']}` ({_JUDGED.get(result['latency'], result['latency'])})"
         lines.append(how)
+    judged = judged_text(result)
+    if judged:
+        lines.append(f"- judged: {judged}")
     if result.get("recommended_attempts"):
         lines.append(f"- to settle it: about {result['recommended_attempts']} attempts per arm "
                      "(from the observed dispersion and the decision boundary)")
