@@ -22,7 +22,9 @@ _DEBUG_ENV = "MLFLOW_PERFGATE_DEBUG"
 
 
 def _fail(message: str) -> NoReturn:
-    click.echo(f"Error: {message}", err=True)
+    from mlflow_perfgate.tracking._redact import redact_text  # no mlflow: passwords and tokens never printed
+
+    click.echo(f"Error: {redact_text(message)}", err=True)
     sys.exit(EXIT_USAGE)
 
 
@@ -30,6 +32,31 @@ def _one_line(exc: BaseException) -> str:
     message = getattr(exc, "message", None) or str(exc)
     text = " ".join(str(message).split())
     return text if len(text) <= 2000 else text[:2000] + " ..."
+
+
+def _check_store_uri() -> None:
+    """A misspelled store scheme in ``MLFLOW_TRACKING_URI`` (``sqllite:///mlflow.db``) is one line
+    at once, before MLflow is imported."""
+    from mlflow_perfgate.tracking._store import scheme_problem
+
+    problem = scheme_problem(os.environ.get("MLFLOW_TRACKING_URI"))
+    if problem:
+        _fail(problem)
+
+
+def reads_only(func):
+    """A command that works on what the store holds (it judges, lists, reports or marks runs already
+    there): a local store that does not exist is refused in one line (exit 2), never created (nor
+    its folder, nor an experiment). Inside :func:`guarded`."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from mlflow_perfgate.tracking._store import read_only
+
+        with read_only():  # checked by the client, after the command's own input (the URI MLflow resolves)
+            return func(*args, **kwargs)
+
+    return wrapper
 
 
 def guarded(func):
@@ -46,6 +73,7 @@ def guarded(func):
         from mlflow_perfgate.errors import PerfgateError
 
         try:
+            _check_store_uri()
             return func(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
@@ -56,7 +84,9 @@ def guarded(func):
         except Exception as exc:
             if os.environ.get(_DEBUG_ENV):
                 raise
-            traceback.print_exc()
+            from mlflow_perfgate.tracking._redact import redact_text
+
+            click.echo(redact_text(traceback.format_exc()).rstrip("\n"), err=True)
             _fail(f"internal error, a bug in mlflow-perfgate ({type(exc).__name__}: {_one_line(exc)}); "
                   "please report it with the traceback above")
 
@@ -446,6 +476,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
               help="A RUNNING attempt older than this counts as failed ('stale'), > 0 [3600].")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @guarded
+@reads_only
 def evaluate(group, experiment, stale_after, output_format, **kwargs):
     """Judge a group's attempts, log the decision run, exit with the decision's code."""
     options = collect_policy(kwargs)
@@ -463,6 +494,7 @@ def evaluate(group, experiment, stale_after, output_format, **kwargs):
 @click.option("--suite", "suite_name", default=None, help="Only the decisions of this suite's entries.")
 @click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table")
 @guarded
+@reads_only
 def decisions(experiment, group, suite_name, output_format):
     """List decision runs, newest first."""
     from mlflow_perfgate.tracking import decisions as query
@@ -491,6 +523,7 @@ def decisions(experiment, group, suite_name, output_format):
 @click.option("--group", required=True, help="Comparison id.")
 @click.option("--experiment", default=None, help="Experiment name.")
 @guarded
+@reads_only
 def report(group, experiment):
     """Print the markdown report of a group's newest decision."""
     from mlflow_perfgate.errors import InputError
@@ -498,7 +531,11 @@ def report(group, experiment):
 
     frame = query(experiment_name=experiment, group=group)
     if frame.empty:
-        raise InputError(f"no decision for group {group!r}; run evaluate first")
+        from mlflow_perfgate.tracking._client import current_store
+
+        name = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME")
+        where = f"experiment {name!r}" if name else "the default experiment"
+        raise InputError(f"no decision for group {group!r} in {where} of {current_store()}; run evaluate first")
     run_id = frame.iloc[0]["run_id"]
     text = read_report(run_id)
     since = attempts_since(run_id, group, experiment_name=experiment)
@@ -618,6 +655,7 @@ def suite_run(suite_file, name, experiment, alpha, control, output_format, resum
 @click.option("--stale-after", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="A RUNNING attempt older than this counts as failed ('stale'), > 0 [3600].")
 @guarded
+@reads_only
 def suite_evaluate(suite_file, name, experiment, alpha, control, output_format, stale_after):
     """Judge a suite's recorded groups (nothing runs), write the suite decision, exit with its code."""
     spec = _load(suite_file, name, experiment, alpha, control)
@@ -917,6 +955,7 @@ def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, n
 @click.option("--run-id", "run_ids", multiple=True, required=True, help="An attempt run to exclude; repeat for each.")
 @click.option("--reason", required=True, help="What was mistaken about it (kept on the run).")
 @guarded
+@reads_only
 def forget(group, run_ids, reason):
     """Exclude mistaken attempts from a group's decisions (tagged, with the reason; never deleted)."""
     from mlflow_perfgate.tracking import forget as exclude
@@ -946,6 +985,7 @@ def sync():
 @click.option("--experiment", default=None, help="Experiment name.")
 @click.option("--group", default=None, help="Only this comparison's attempts.")
 @guarded
+@reads_only
 def reap(older_than, experiment, group):
     """Mark attempts RUNNING for longer than DURATION as KILLED, with the reason."""
     from mlflow_perfgate.tracking import parse_duration, reap as reap_runs

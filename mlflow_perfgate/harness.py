@@ -510,11 +510,16 @@ def _runner_for(runner: Any, workload: str, supervised: bool) -> tuple[Any, bool
     ``attempt_runner(kind, workload)`` (with fork, its server already warming up).
 
     Raises:
-        InputError: not a kind nor a runner, or ``'fork'`` where fork is unavailable; before
-            anything runs.
+        InputError: not a kind nor a runner, ``'fork'`` where fork is unavailable, or a workload
+            module found nowhere on the path; before anything runs.
     """
     from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner
+    from .workloads._names import require_importable
 
+    try:  # a module off the path, answered before any server or child starts (and without torch)
+        require_importable(workload, child=supervised)
+    except ValueError as exc:
+        raise InputError(f"{exc}; nothing was run or logged") from None
     if not supervised:
         return None, False
     if isinstance(runner, AttemptRunner):

@@ -545,6 +545,14 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     from .tracking._evaluate import DEFAULT_STALE_AFTER_S
     from .tracking._suite import evaluate_suite, judge_entries
 
+    from .workloads._names import require_importable
+
+    for entry in suite.entries:  # a module off the path: refused before the suite run or any child starts
+        if entry.runs:
+            try:
+                require_importable(entry.workload, child=entry.supervised)
+            except ValueError as exc:
+                raise InputError(f"suite entry {entry.name!r}: {exc}; nothing was run or logged") from None
     stale_after_s = DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s
     suite_run_id = start(suite, parent_run_id=parent_run_id)
     for entry in suite.entries:  # as compare says it: an entry planned below its method's floor

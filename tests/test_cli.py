@@ -91,7 +91,7 @@ def test_python_dash_m_entry_point(sqlite_uri):
     completed = subprocess.run([sys.executable, "-m", "mlflow_perfgate", "evaluate", "--group", "x"],
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 2
-    assert completed.stderr.strip() == "Error: no attempts of group 'x' in experiment 0"
+    assert completed.stderr.strip() == f"Error: no attempts of group 'x' in the Default experiment (id 0) of {sqlite_uri}"
 
 
 def test_decisions_show_failed_checks_and_write_lists_as_lists(sqlite_uri, capsys):

@@ -16,11 +16,15 @@ import mlflow
 from mlflow.entities import Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.tracking.registry import UnsupportedModelRegistryStoreURIException
 
 from ..rules._errors import InputError, StoreRefused, StoreUnavailable
+from ._redact import redact_text, redact_uri
+from ._store import _READ_ONLY, read_only, require_existing_store, unknown_scheme_text
 from ._schema import MAX_ENTITIES_PER_BATCH, MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
 
-__all__ = ["client", "log_batch", "redact_uri", "resolve_experiment", "retrying", "run_link", "search_all", "store_error"]
+__all__ = ["client", "log_batch", "read_only", "redact_text", "redact_uri", "require_existing_store", "resolve_experiment",
+           "retrying", "run_link", "search_all", "store_error"]
 
 T = TypeVar("T")
 #: Page size of a search: MLflow's default page, which every store and server accepts.
@@ -64,13 +68,22 @@ def client(*, probe: bool = True) -> MlflowClient:
     extra ``get_run`` request per attempt and pollutes the stdout of ``record``: turned off
     unless the user set the variable.
 
+    Within :func:`read_only`, a local store (a SQLite file, a file store's folder) that does not
+    exist is refused, not created. A URI whose scheme MLflow has no store for is refused in one line.
+
     Raises:
         StoreUnavailable: the server is down (probed now, or found down in the last 30 s).
+        InputError: an unknown scheme; within :func:`read_only`, a local store that does not exist.
     """
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
-    mlflow_client = MlflowClient()
+    if _READ_ONLY.get():
+        require_existing_store(mlflow.get_tracking_uri())
+    try:
+        mlflow_client = MlflowClient()
+    except UnsupportedModelRegistryStoreURIException as exc:
+        raise InputError(unknown_scheme_text(mlflow.get_tracking_uri(), exc.supported_uri_schemes)) from None
     if probe:
         ensure_reachable(mlflow_client.tracking_uri)
     return mlflow_client
@@ -108,7 +121,7 @@ def ensure_reachable(tracking_uri: str, *, series: bool = False) -> None:
     if key in _UP and now - _UP[key] < UP_FOR_S:
         return
     try:
-        with urllib.request.urlopen(f"{key.rstrip('/')}/health", timeout=PROBE_TIMEOUT_S):
+        with urllib.request.urlopen(_health_url(tracking_uri), timeout=PROBE_TIMEOUT_S):
             pass
     except urllib.error.HTTPError as exc:
         if exc.code in RETRYABLE_STATUS:
@@ -124,16 +137,11 @@ def ensure_reachable(tracking_uri: str, *, series: bool = False) -> None:
     _UP[key] = now
 
 
-def redact_uri(uri: str) -> str:
-    """A tracking URI without the credentials it may hold (``http://user:secret@host`` -> ``http://host``)."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.username is None and parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal
-        host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+def _health_url(tracking_uri: str) -> str:
+    """The server's ``/health`` (an open endpoint: asked without the URI's credentials or query)."""
+    parts = urllib.parse.urlsplit(tracking_uri)
+    path = parts.path.rstrip("/") + "/health"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], path, "", ""))
 
 
 def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
@@ -218,18 +226,40 @@ def refusal_text(exc: BaseException) -> str | None:
     code = getattr(exc, "error_code", None)
     if code not in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
         return None
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or "the tracking server"
-    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    raw = os.environ.get("MLFLOW_TRACKING_URI") or ""
+    uri = redact_uri(raw) or "the tracking server"
+    in_uri, uri_user = _uri_credentials(raw)  # http://user:password@host: credentials given, in the URI
+    env_user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    user = env_user or uri_user
     match = re.search(r"endpoint (/\S+)", str(exc))
     where = f" on {match.group(1)}" if match else ""
     if code == "UNAUTHENTICATED":
-        if not user and not os.environ.get("MLFLOW_TRACKING_TOKEN"):
-            return (f"{uri} requires a login (HTTP 401{where}): set MLFLOW_TRACKING_USERNAME and "
-                    "MLFLOW_TRACKING_PASSWORD")
-        return (f"{uri} did not accept the credentials of user {user!r} (HTTP 401{where}): check "
-                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+        if env_user:
+            return (f"{uri} did not accept the credentials of user {user!r} (HTTP 401{where}): check "
+                    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+        if in_uri:
+            who = f" of user {user!r}" if user else ""
+            return (f"{uri} did not accept the credentials{who} written in MLFLOW_TRACKING_URI (HTTP 401{where}): "
+                    "check them, or set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD instead")
+        if os.environ.get("MLFLOW_TRACKING_TOKEN"):
+            return f"{uri} did not accept the token in MLFLOW_TRACKING_TOKEN (HTTP 401{where}): check it"
+        return (f"{uri} requires a login (HTTP 401{where}): set MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD")
     return (f"user {user!r} may not do this on {uri} (HTTP 403 permission denied{where}): recording attempts "
             "and writing decisions need EDIT permission on the experiment; ask its owner or an admin")
+
+
+def _uri_credentials(uri: str) -> tuple[bool, str | None]:
+    """Whether a URI carries credentials (``http://user:password@host``), and its user name (never
+    the password; ``None`` for a lone token, ``http://token@host``)."""
+    try:
+        userinfo = urllib.parse.urlsplit(uri).netloc.rpartition("@")[0]
+    except ValueError:
+        return False, None
+    if not userinfo:
+        return False, None
+    name, sep, _ = userinfo.partition(":")
+    return True, (urllib.parse.unquote(name) or None) if sep else None
 
 
 def store_error(exc: BaseException) -> StoreRefused | StoreUnavailable | None:
@@ -240,16 +270,21 @@ def store_error(exc: BaseException) -> StoreRefused | StoreUnavailable | None:
     if refusal is not None:
         return StoreRefused(refusal)
     if is_unreachable(exc):
-        where = os.environ.get("MLFLOW_TRACKING_URI") or "the tracking store"
-        return StoreUnavailable(f"{where} could not be reached ({short_error(exc)}); check that the server "
-                                "is up and MLFLOW_TRACKING_URI is right")
+        where = redact_uri(os.environ.get("MLFLOW_TRACKING_URI") or "") or "the tracking store"
+        return StoreUnavailable(f"{where} could not be reached ({redact_text(short_error(exc))}); check that the "
+                                "server is up and MLFLOW_TRACKING_URI is right")
     if isinstance(exc, MlflowException):
-        return StoreRefused(f"the tracking store refused the request: {short_error(exc)}")
+        return StoreRefused(f"the tracking store refused the request: {redact_text(short_error(exc))}")
     return None
 
 
 def _current_uri() -> str:
     return mlflow.get_tracking_uri()
+
+
+def current_store() -> str:
+    """The tracking store in use, as a message may name it (credentials off)."""
+    return redact_uri(_current_uri())
 
 
 #: A lost race on a row another writer inserted first (SQLite, PostgreSQL, MySQL): MLflow's SQL
@@ -318,11 +353,21 @@ def resolve_experiment(mlflow_client: MlflowClient, experiment_name: str | None,
     return experiment_id
 
 
+def experiment_label(experiment_name: str | None, experiment_id: str) -> str:
+    """An experiment in words, for a message: ``experiment 'x' (id 3)``, ``the Default experiment (id 0)``."""
+    name = experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME")
+    if name:
+        return f"experiment {name!r} (id {experiment_id})"
+    if experiment_id == DEFAULT_EXPERIMENT_ID:
+        return f"the Default experiment (id {experiment_id})"
+    return f"experiment id {experiment_id}"
+
+
 def _lookup_or_create(mlflow_client: MlflowClient, experiment_name: str, create: bool) -> str:
     experiment = retrying(lambda: mlflow_client.get_experiment_by_name(experiment_name))
     if experiment is None:
         if not create:
-            raise InputError(f"experiment {experiment_name!r} does not exist")
+            raise InputError(f"experiment {experiment_name!r} does not exist in {redact_uri(mlflow_client.tracking_uri)}")
         try:
             return retrying(lambda: mlflow_client.create_experiment(experiment_name))
         except StoreRefused:

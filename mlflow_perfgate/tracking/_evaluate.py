@@ -138,7 +138,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     found = load(group, experiment_id, mlflow_client, stale_after_s=stale_after_s)
     if not found.attempts:
-        raise InputError(f"no attempts of group {group!r} in experiment {experiment_id}")
+        raise InputError(f"no attempts of group {group!r} in {_client.experiment_label(experiment_name, experiment_id)} "
+                         f"of {_client.redact_uri(mlflow_client.tracking_uri)}")
     views = found.attempts + _missing_since(found, mlflow_client)
     notes = found.conflicts + _set_aside(views)
     parent = _common_parent(views, mlflow_client, group, notes)

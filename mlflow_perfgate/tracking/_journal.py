@@ -27,6 +27,7 @@ import urllib.parse
 from functools import lru_cache
 from pathlib import Path
 
+from ._redact import redact_text, redact_uri
 from ._schema import JOURNAL_FORMAT
 
 __all__ = ["JOURNAL_ENV", "append", "append_started", "journal_path", "location_key", "mark_rejected", "mark_synced", "pending",
@@ -66,8 +67,8 @@ def location_key(tracking_uri: str) -> str:
         return f"file://{os.path.abspath(parts.path)}"
     if not scheme and ("/" in tracking_uri or tracking_uri.startswith(".")):  # a plain path: a file store
         return f"file://{os.path.abspath(tracking_uri)}"
-    host = parts.netloc.rsplit("@", 1)[-1].lower()  # a database URI: credentials off
-    return urllib.parse.urlunsplit(parts._replace(netloc=host)).rstrip("/")
+    host = parts.netloc.rsplit("@", 1)[-1].lower()  # a database URI: credentials off (a token in its query too)
+    return redact_uri(urllib.parse.urlunsplit(parts._replace(netloc=host))).rstrip("/")
 
 
 def _append_line(entry: dict) -> None:
@@ -90,22 +91,15 @@ def _append_line(entry: dict) -> None:
 def append(payload: dict) -> None:
     """Record an attempt before it is sent (with its location, never the URI's credentials)."""
     uri = payload.get("tracking_uri") or ""
-    _append_line({"type": "attempt", "written_at": time.time(), **payload, "tracking_uri": _redacted(uri),
+    _append_line({"type": "attempt", "written_at": time.time(), **payload, "tracking_uri": redact_uri(uri),
                   "location": location_key(uri)})
 
 
 def append_started(payload: dict) -> None:
     """Record that an attempt started (its conditions and who runs it), before it runs."""
     uri = payload.get("tracking_uri") or ""
-    _append_line({"type": "started", "written_at": time.time(), **payload, "tracking_uri": _redacted(uri),
+    _append_line({"type": "started", "written_at": time.time(), **payload, "tracking_uri": redact_uri(uri),
                   "location": location_key(uri)})
-
-
-def _redacted(uri: str) -> str:
-    parts = urllib.parse.urlsplit(uri)
-    if parts.password is None and parts.username is None:
-        return uri
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def mark_synced(attempt_id: str, run_id: str) -> None:
@@ -115,7 +109,8 @@ def mark_synced(attempt_id: str, run_id: str) -> None:
 def mark_rejected(attempt_id: str, reason: str) -> None:
     """The server answered and refused the attempt (bad credentials, no permission): replaying it
     would only be refused again, or write what its sender was not allowed to."""
-    _append_line({"type": "rejected", "attempt_id": attempt_id, "reason": reason[:500], "written_at": time.time()})
+    _append_line({"type": "rejected", "attempt_id": attempt_id, "reason": redact_text(reason)[:500],
+                  "written_at": time.time()})
 
 
 def _read() -> tuple[list[dict], list[str]]:
