@@ -404,7 +404,8 @@ def compare(
 
         too_few = None if held["attempts"] else too_few_to_decide(
             policy, max_attempts if until_decisive else attempts,
-            looks_for=(lambda most: _max_looks(attempts, most)) if until_decisive else None)
+            looks_for=(lambda most: _look_positions(attempts, most)) if until_decisive else None)
+        spent = _spent_before(held, resume, until_decisive, attempts, max_attempts, group) if resume else 0.0
         if too_few:  # a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
         if planned is not None:
@@ -467,27 +468,39 @@ def compare(
         with _terminate_as_exception(), tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt",
                                              disable=not progress, file=sys.stderr) as bar:
             run_block(abba(attempts), bar)
-            done, look = attempts, 1
-            last_look = _max_looks(attempts, max_attempts)
+            # Looks are placed by information, attempts per arm over the most the group may reach;
+            # each spends what its fraction adds to what the group's earlier looks spent (resumed too).
+            held_per_arm = held["per_arm"] if resume else 0
+            horizon = held_per_arm + (max_attempts if until_decisive else attempts)
+            done, look_at = attempts, {}
             while until_decisive:
-                if last_look > 1:  # what a later evaluate of the group judges at
-                    tag_run(comparison_id, {TAG.LOOK: look, TAG.MAX_LOOKS: last_look})
-                interim = evaluate_group(group, experiment_name=experiment_name, objective=objective,
-                                         dry_run=True, look=look, max_looks=last_look, **evaluate_kwargs)
-                if interim["decision"] != "rerun" or done >= max_attempts:
-                    break
-                if interim["reason"] not in ("insufficient_valid_runs", "inconclusive"):
+                position = held_per_arm + done
+                if position / horizon > spent:
+                    look_at = {"look": position, "max_looks": horizon, "previous_fraction": spent}
+                    # what a later evaluate of the group judges at, and where a resume goes on from
+                    tag_run(comparison_id, {TAG.LOOK: position, TAG.MAX_LOOKS: horizon,
+                                            TAG.LOOK_PREVIOUS: repr(spent), TAG.LOOK_SPENT: repr(position / horizon)})
+                    interim = evaluate_group(group, experiment_name=experiment_name, objective=objective,
+                                             dry_run=True, **look_at, **evaluate_kwargs)
+                    spent = position / horizon
+                    if interim["decision"] != "rerun" or done >= max_attempts:
+                        break
+                    if interim["reason"] not in ("insufficient_valid_runs", "inconclusive"):
+                        break
+                elif done >= max_attempts:
                     break
                 extra = min(2, max_attempts - done)
                 bar.total += 2 * extra
                 run_block(abba(extra), bar)
-                done, look = done + extra, look + 1
+                done += extra
+            if not until_decisive and resume and held["spent"] is not None:  # one more look of a sequential group
+                look_at = {"look": horizon, "max_looks": horizon, "previous_fraction": spent}
+                tag_run(comparison_id, {TAG.LOOK: horizon, TAG.MAX_LOOKS: horizon, TAG.LOOK_PREVIOUS: repr(spent),
+                                        TAG.LOOK_SPENT: "1.0"})
             if deferred:  # the server may be back: send what waits in the journal before deciding
                 with contextlib.suppress(StoreUnavailable):
                     sync()
-            final_kwargs = dict(evaluate_kwargs)
-            if until_decisive:
-                final_kwargs.update(look=look, max_looks=last_look)
+            final_kwargs = {**evaluate_kwargs, **look_at}
             result = evaluate_group(group, experiment_name=experiment_name, objective=objective, **final_kwargs)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
@@ -588,6 +601,38 @@ def _max_looks(attempts: int, max_attempts: int | None) -> int:
     if max_attempts is None:
         return 1
     return 1 + -(-(max_attempts - attempts) // 2)
+
+
+def _look_positions(attempts: int, max_attempts: int) -> list[int]:
+    """Where ``--until-decisive`` looks, in attempts per arm: after the first ``attempts``, then every 2."""
+    positions = [attempts]
+    while positions[-1] < max_attempts:
+        positions.append(min(max_attempts, positions[-1] + 2))
+    return positions
+
+
+def _spent_before(held: dict, resume: bool, until_decisive: bool, attempts: int, max_attempts: int | None,
+                  group: str) -> float:
+    """The information fraction a resumed group's looks spent already, where this comparison goes on from.
+
+    A group decided at a single look (no looks recorded) spent all of alpha on the attempts it
+    had: judging it again with more attempts is optional stopping, which no level holds; it is
+    said, and the new attempts are judged as a design of their own. A sequential group whose looks
+    spent everything cannot decide again: an :class:`InputError` before anything runs.
+    """
+    if not held["attempts"]:
+        return 0.0
+    if held["spent"] is None:
+        if held["decided"]:
+            print(f"warning: group {group!r} was already decided at a single look; a decision on more attempts "
+                  "is optional stopping, whose false-accept rate can exceed alpha (for a decision that can grow, "
+                  "run compare --until-decisive --max-attempts N from the start, or start a new group)",
+                  file=sys.stderr)
+        return 0.0
+    if held["spent"] >= 1:
+        raise InputError(f"group {group!r}: its sequential looks already spent all of alpha (the last look was at "
+                         "its most attempts); a resume cannot decide again: start a new group")
+    return held["spent"]
 
 
 # --- Issue 14, point 3: a compute hotspot proposes bf16 only where the device computes it natively.

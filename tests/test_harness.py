@@ -12,7 +12,7 @@ import mlflow_perfgate as pg
 import mlflow_perfgate.workloads as pg_workloads
 from mlflow_perfgate.cli import main
 from mlflow_perfgate.harness import candidate_change_for, compare
-from mlflow_perfgate.rules._sequential import sequential_thresholds
+from mlflow_perfgate.rules._sequential import sequential_thresholds, spent_between
 from mlflow_perfgate.tracking import TAG
 
 TINY = {"input_shape": "2,16", "warmup": 1, "steps": 3}
@@ -226,29 +226,31 @@ def test_compare_says_first_when_its_method_cannot_decide_with_so_few_attempts(s
     result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False,
                      supervised=False, min_valid_runs=2, interleave="steps", method="paired")
     err = capsys.readouterr().err  # said without progress too: CI runs with --no-progress
-    assert ("warning: the paired method cannot accept with 2 attempts per arm: at alpha = 0.02 it needs at least 5 "
-            "complete ABBA rounds (its signed-rank test 6, its t-test below that floor 5), so this comparison can "
-            "answer reject or rerun, never accept; pass --attempts 5 or more (attempts=5)") in err
-    assert result["decision"] == "rerun" and result["recommended_attempts"] >= 5
+    assert ("warning: the paired method cannot accept with 2 attempts per arm: at alpha = 0.02 its signed-rank "
+            "test needs at least 6 complete ABBA rounds (2 give a smallest p-value of 1/4), so this comparison can "
+            "answer reject or rerun, never accept; pass --attempts 6 or more (attempts=6)") in err
+    assert result["decision"] == "rerun" and result["recommended_attempts"] >= 6, result["messages"]
 
 
 def test_evaluate_judges_a_sequential_comparison_s_group_at_the_look_it_reached(sqlite_uri):
     """evaluate of what compare --until-decisive collected spends alpha as the comparison did.
 
-    Judged again at one look with the full alpha, the same rounds could be accepted (the paired
-    method's t-test below the signed-rank floor) where the sequential design answered rerun.
+    Judged again at one look with the full alpha, the same rounds could be accepted where the
+    sequential design answered rerun. Looks count attempts per arm (the information fraction).
     """
     result = compare("tinylm", {**TINY, "checkpoint": True}, {"checkpoint": False}, attempts=3, supervised=False,
                      progress=False, min_valid_runs=2, env_mismatch="warn", method="paired", until_decisive=True,
                      max_attempts=5, group="seq")
     tags = MlflowClient().get_run(result["comparison_run_id"]).data.tags
     look = int(tags[TAG.LOOK])
-    assert tags[TAG.MAX_LOOKS] == "2" and look in (1, 2)
-    spent = sequential_thresholds(look, 2, alpha=0.02)["alpha"]
+    assert tags[TAG.MAX_LOOKS] == "5" and look in (3, 5)
+    previous = 0.0 if look == 3 else 0.6  # the first look at 3 of 5 attempts per arm, the second at 5
+    assert float(tags[TAG.LOOK_PREVIOUS]) == previous and float(tags[TAG.LOOK_SPENT]) == look / 5
+    spent = spent_between(look / 5, previous, alpha=0.02)["alpha"]
     assert result["alpha"] == spent
     again = pg.tracking.evaluate_group("seq", method="paired", min_valid_runs=2, env_mismatch="warn")
     assert again["alpha"] == spent and again["p_value_method"] == result["p_value_method"]
-    assert f"judged at look {look} of 2: these attempts were collected by a sequential comparison" in \
+    assert f"judged at look {look} of 5: these attempts were collected by a sequential comparison" in \
         " ".join(again["warnings"])
     single = pg.tracking.evaluate_group("seq", method="paired", min_valid_runs=2, env_mismatch="warn",
                                         look=1, max_looks=1)
@@ -266,11 +268,11 @@ def test_too_few_to_decide_knows_each_exact_test_s_floor():
     assert "Mann-Whitney test needs at least 4 attempts per arm (3 give a smallest p-value of 1/20)" in \
         too_few_to_decide(pg.rules.Policy(method="robust"), 3)
     assert too_few_to_decide(pg.rules.Policy(method="robust"), 4) is None
-    # the signed-rank test needs 6 rounds at 0.02 (5 give at best 1/32); its t-test stands in from 5
-    assert "needs at least 5 complete ABBA rounds (its signed-rank test 6" in \
-        too_few_to_decide(pg.rules.Policy(method="paired"), 4)
-    assert too_few_to_decide(pg.rules.Policy(method="paired"), 5) is None
-    assert too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.01), 5) is None  # signed-rank: 7
+    # the signed-rank test needs 6 rounds at 0.02 (5 give at best 1/32): no t-test stands in below it
+    assert "signed-rank test needs at least 6 complete ABBA rounds (5 give a smallest p-value of 1/32)" in \
+        too_few_to_decide(pg.rules.Policy(method="paired"), 5)
+    assert too_few_to_decide(pg.rules.Policy(method="paired"), 6) is None
+    assert "at least 7" in too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.01), 6)  # signed-rank: 7
     # --until-decisive judges every look by the signed-rank test, at the last look's spent alpha
     looks_from_2 = lambda most: 1 + math.ceil(max(0, most - 2) / 2)  # noqa: E731 - compare's looks from 2 attempts
     assert too_few_to_decide(pg.rules.Policy(method="paired"), 6, looks_for=looks_from_2) == (
@@ -278,8 +280,13 @@ def test_too_few_to_decide_knows_each_exact_test_s_floor():
         "signed-rank test needs at least 7 complete ABBA rounds (6 give a smallest p-value of 1/64), so this "
         "comparison can answer reject or rerun, never accept; pass --max-attempts 7 or more (max_attempts=7)")
     assert 2 ** -6 > sequential_thresholds(3, 3, alpha=0.02)["alpha"]  # why 6 rounds cannot: 1/64 is above it
-    # one look only (--attempts 5 --max-attempts 5): a single look, where the t-test may decide
-    assert too_few_to_decide(pg.rules.Policy(method="paired"), 5, looks_for=lambda most: 1) is None
+    # one look only (--attempts 6 --max-attempts 6): a single look at the full alpha
+    assert too_few_to_decide(pg.rules.Policy(method="paired"), 6, looks_for=lambda most: [most]) is None
+    # looks placed by attempts (compare's: from 6, every 2): the last look spends what 12 of 14 left
+    positions = lambda most: list(range(6, most, 2)) + [most]  # noqa: E731
+    last = spent_between(1.0, 12 / 14, alpha=0.02)["alpha"]
+    assert 2 ** -6 > last > 2 ** -7  # 7 rounds can reach it, 6 cannot
+    assert too_few_to_decide(pg.rules.Policy(method="paired"), 14, looks_for=positions) is None
     # where the signed-rank floor is the lower one (alpha 0.1: 4 rounds, 1/16), it stands alone
     assert "signed-rank test needs at least 4 complete ABBA rounds (3 give a smallest p-value of 1/8)" in \
         too_few_to_decide(pg.rules.Policy(method="paired", alpha=0.1), 3)
@@ -314,3 +321,36 @@ def test_interleave_steps_is_refused_before_anything_runs_when_the_arms_cannot_s
     assert info.value.code == 2 and needle in " ".join(capsys.readouterr().err.split())
     client = MlflowClient()
     assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+
+
+def test_resume_goes_on_spending_alpha_from_the_looks_recorded_on_the_group(sqlite_uri, capsys):
+    """compare --resume of a sequential group spends only what its recorded looks left (no restart at look 1)."""
+    conditions, change = {**FIXED, "fail_at": 1000}, {"fail_at": 999}
+    how = dict(progress=False, supervised=False, min_valid_runs=2, method="paired", group="resumed")
+    first = compare(HOSTILE_OK, conditions, change, attempts=2, **how)
+    assert "optional stopping" not in capsys.readouterr().err
+    # as a sequential comparison stopped at half its information would have left it
+    client = MlflowClient()
+    for key, value in ((TAG.LOOK, "2"), (TAG.MAX_LOOKS, "4"), (TAG.LOOK_PREVIOUS, "0.0"), (TAG.LOOK_SPENT, "0.5")):
+        client.set_tag(first["comparison_run_id"], key, value)
+    again = compare(HOSTILE_OK, conditions, change, attempts=2, until_decisive=True, max_attempts=2, resume=True,
+                    **how)
+    tags = client.get_run(first["comparison_run_id"]).data.tags
+    assert (tags[TAG.LOOK], tags[TAG.MAX_LOOKS], tags[TAG.LOOK_PREVIOUS], tags[TAG.LOOK_SPENT]) == ("4", "4", "0.5",
+                                                                                                    "1.0")
+    assert again["alpha"] == pytest.approx(spent_between(1.0, 0.5, alpha=0.02)["alpha"]) and again["alpha"] < 0.02
+    # a later evaluate judges at the same levels
+    assert pg.tracking.evaluate_group("resumed", method="paired", min_valid_runs=2)["alpha"] == again["alpha"]
+    # nothing left to spend: refused before anything runs
+    with pytest.raises(pg.errors.InputError, match="already spent all of alpha"):
+        compare(HOSTILE_OK, conditions, change, attempts=2, until_decisive=True, max_attempts=4, resume=True, **how)
+
+
+def test_resume_of_a_group_decided_at_a_single_look_says_it_is_optional_stopping(sqlite_uri, capsys):
+    conditions, change = {**FIXED, "fail_at": 1000}, {"fail_at": 999}
+    how = dict(progress=False, supervised=False, min_valid_runs=2, method="paired", group="single")
+    compare(HOSTILE_OK, conditions, change, attempts=2, **how)
+    capsys.readouterr()
+    compare(HOSTILE_OK, conditions, change, attempts=2, resume=True, **how)
+    assert "was already decided at a single look; a decision on more attempts is optional stopping" in \
+        capsys.readouterr().err

@@ -59,7 +59,7 @@ def uncontended(decision: Decision, b: ArmSummary, c: ArmSummary) -> Decision:
 
 
 def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: int | None = None,
-          max_looks: int | None = None) -> Decision:
+          max_looks: int | None = None, previous_fraction: float | None = None) -> Decision:
     """Judge one comparison under ``policy``; the :class:`Decision` record.
 
     Each arm is summarised once (with the objective's metric). The policy's method decides.
@@ -77,6 +77,10 @@ def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: in
             ``step_p10_ms``).
         look, max_looks: the look of a sequential comparison (``compare --until-decisive``);
             statistical methods spend their error rates across the looks.
+        previous_fraction: the information fraction the comparison's earlier looks spent (``look``
+            and ``max_looks`` then count attempts per arm: ``compare --until-decisive``, resumed
+            or not); ``None``: the previous look is ``look - 1``. Passed to a method's rule only
+            when given (a plugin's rule without the argument is judged as before).
     """
     objective = OBJECTIVES[policy.objective]
     summaries = []
@@ -88,7 +92,8 @@ def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: in
     b, c = summaries
 
     def rule(name: str) -> Decision:
-        made = METHODS[name].rule(b, c, policy, objective, look=look, max_looks=max_looks)
+        extra = {} if previous_fraction is None else {"previous_fraction": previous_fraction}
+        made = METHODS[name].rule(b, c, policy, objective, look=look, max_looks=max_looks, **extra)
         if objective.name == "latency":  # the step figures the method did not test: never accept a slower step
             made = guarded(made, b, c, policy)
         return uncontended(made, b, c) if policy.latency == "uncontended" else made
@@ -116,7 +121,7 @@ def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: in
 def decide(baseline_runs: list, candidate_runs: list, *, objective: str = "latency", method: str = "seed",
            mode: str = "improvement", margin: float | None = 0.05, alpha: float | None = None,
            confidence: float | None = None, look: int | None = None, max_looks: int | None = None,
-           latency: str | None = None, **thresholds) -> dict:
+           latency: str | None = None, previous_fraction: float | None = None, **thresholds) -> dict:
     """Judge one comparison: objective x method x mode, every judging method's figures kept.
 
     - ``objective="latency"``: ``method="seed"`` is the specification's rule, exact
@@ -148,7 +153,8 @@ def decide(baseline_runs: list, candidate_runs: list, *, objective: str = "laten
     """
     policy = Policy(objective=objective, method=method, mode=mode, margin=margin, alpha=alpha,
                     confidence=confidence, latency=latency, **thresholds)
-    decision = judge(baseline_runs, candidate_runs, policy, look=look, max_looks=max_looks)
+    decision = judge(baseline_runs, candidate_runs, policy, look=look, max_looks=max_looks,
+                     previous_fraction=previous_fraction)
     result = decision.to_dict()
     result.setdefault("failed_checks", [])
     return result

@@ -15,13 +15,15 @@ step times), each one the method did not test is judged here, with the method's 
 - ``mean_step_ok`` (``step_mean_ms``): no slower than ``1 + margin``;
 - ``step_tail_ok`` (``step_p95_ms``): no higher than ``maximum_p95_ratio``.
 
-In ``improvement`` mode such a check fails when the estimate of the ratio candidate/baseline is
-beyond its bound: an accept must never stand on a figure that says the candidate is slower
-(a failure here can only turn an accept into a reject, never a reject into an accept). In
-``non_regression`` mode it fails when the method's interval lies beyond the bound (its lower
+In both modes such a check fails when the method's interval lies beyond the bound (its lower
 end above it: a slowdown shown at the interval's one-sided level, as the main check's), so
-identical arms are not alarmed by a noisy figure; the seed method, which has no interval,
-compares the ratio of the arms' medians, exactly as its own checks do.
+identical arms are not alarmed by a noisy figure; it is undecided (``None``: never an accept,
+a rerun unless another check fails) when the estimate of the ratio candidate/baseline is
+beyond the bound without the interval showing it, so a verdict never says faster, or no
+worse, while a figure reads slower beyond its bound; it passes otherwise. The seed method,
+which has no interval, compares the ratio of the arms' medians, exactly as its own checks do
+(beyond the bound fails). A step check can only turn an accept into a rerun or a reject, or
+a rerun into a reject, never the other way.
 
 Estimators: the paired method's within-round Hodges-Lehmann estimate and signed-rank interval
 (over complete ABBA rounds); the robust method's, and any other method's, two-sample
@@ -85,8 +87,8 @@ def _estimate(b: ArmSummary, c: ArmSummary, key: str, method: str,
 def _text(f: Mapping) -> str:
     interval = "" if f["low"] is None and f["high"] is None else (
         f", {interval_text(f['low'], f['high'], f['confidence'])}")
-    rule = ("the estimate may not exceed it" if f["mode"] == "improvement" or f["method"] == "seed"
-            else "the interval may not lie above it")
+    rule = ("the ratio of medians may not exceed it" if f["method"] == "seed"
+            else "the interval may not lie above it, nor the estimate for an accept")
     return (f"{f['figure']} candidate {ms(f['candidate'])} against baseline {ms(f['baseline'])}: ratio "
             f"{f['ratio']:.3f} ({f['how']}{interval}); bound {plain(f['bound'])} ({f['bound_name']}), {rule}")
 
@@ -104,15 +106,17 @@ def step_checks(b: ArmSummary, c: ArmSummary, policy: Policy, method: str,
         else:
             bound, bound_name = policy.maximum_p95_ratio, "maximum_p95_ratio"
         ratio, low, high, how = _estimate(b, c, key, method, confidence)
-        if policy.mode == "improvement" or method == "seed":
-            failed = above(ratio, bound, REL_TOL if method != "seed" else 0.0)
+        if method == "seed":
+            passed = not above(ratio, bound, 0.0)
+        elif low is not None and above(low, bound, REL_TOL):
+            passed = False
         else:
-            failed = low is not None and above(low, bound, REL_TOL)
+            passed = None if above(ratio, bound, REL_TOL) else True
         figures = {"figure": words, "candidate": statistics.median(c.step_values[key]),
                    "baseline": statistics.median(b.step_values[key]), "ratio": ratio, "low": low, "high": high,
                    "confidence": confidence, "how": how, "bound": bound, "bound_name": bound_name,
                    "mode": policy.mode, "method": method}
-        checks.append(Check.build(name, not failed, figures, _text))
+        checks.append(Check.build(name, passed, figures, _text))
     return checks
 
 
@@ -121,8 +125,9 @@ def guarded(decision: Decision, b: ArmSummary, c: ArmSummary, policy: Policy) ->
 
     A decision that answered before any check (a precondition's rerun) is returned as it is; a
     reject stays a reject; an accept or a rerun with a failed step check becomes a reject
-    (``declared_thresholds_checked``). The checks' ratios join the figures
-    (``typical_step_ratio``, ``mean_step_ratio``, ``step_tail_ratio``).
+    (``declared_thresholds_checked``), an accept with an undecided one a rerun
+    (``inconclusive``). The checks' ratios join the figures (``typical_step_ratio``,
+    ``mean_step_ratio``, ``step_tail_ratio``).
     """
     if not decision.checks:
         return decision
@@ -133,6 +138,8 @@ def guarded(decision: Decision, b: ArmSummary, c: ArmSummary, policy: Policy) ->
     verdict, reason = decision.verdict, decision.reason
     if verdict != "reject" and any(check.passed is False for check in checks):
         verdict, reason = "reject", "declared_thresholds_checked"
+    elif verdict == "accept" and any(check.passed is None for check in checks):
+        verdict, reason = "rerun", "inconclusive"
     advice = decision.advice if verdict == decision.verdict else {**decision.advice, "recommended_attempts": None}
     return dataclasses.replace(decision, verdict=verdict, reason=reason, checks=(*decision.checks, *checks),
                                figures=figures, advice=advice)

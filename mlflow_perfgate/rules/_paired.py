@@ -8,10 +8,12 @@ independent samples and pays for the load that varies between rounds; this one w
 rounds' log ratios ``d = log(candidate) - log(baseline)``:
 
 - a one-sided Wilcoxon signed-rank test (is the candidate's latency typically lower within a
-  round?), ``scipy.stats.wilcoxon``; below its floor (at ``alpha = 0.02`` it needs 6 rounds: 5
-  give at best p = 1/32), in ``improvement`` mode, at a single look (not the looks of
-  ``--until-decisive``) and only when every round favours the candidate, a one-sided t-test
-  on the same log ratios (``_stats.small_sample_test``);
+  round?), ``scipy.stats.wilcoxon``: exact for noise symmetric about no change, so its
+  false-accept rate is at most ``alpha`` at any number of rounds. Below its floor (at ``alpha =
+  0.02`` it needs 6 rounds: 5 give at best p = 1/32) it cannot accept, and the comparison says
+  so before it runs (:func:`_statistical.too_few_to_decide`). (An earlier release let a
+  one-sided t-test stand in below the floor; on 5 identical rounds it accepted up to 2^-5 =
+  3.1% of them whatever alpha said, so it is gone.)
 - the one-sample Hodges-Lehmann estimate of the typical ratio (the median of the Walsh
   averages of ``d``) with its distribution-free signed-rank interval (Hollander and Wolfe,
   section 3.2), exponentiated to a ratio candidate / baseline;
@@ -30,8 +32,6 @@ import math
 import statistics
 from typing import Mapping
 
-import numpy as np
-
 from ._checks import (
     above,
 )
@@ -39,15 +39,13 @@ from ._policy import Policy
 from ._records import ArmSummary, Decision, interval_text
 from ._registry import Figure, Method, Objective
 from ._robust import advice_floor, robust_rule
-from ._statistical import Estimate, is_sequential, statistical_texts, statistical_decision
+from ._statistical import Estimate, statistical_texts, statistical_decision
 from ._stats import (
     log_ratios,
     min_pairs_signed_rank,
-    min_rounds_to_accept,
     paired_log_shift,
     recommended_pairs,
     signed_rank_test,
-    small_sample_test,
 )
 
 __all__ = ["MIN_ROUNDS", "PAIRED", "complete_rounds", "paired_rule"]
@@ -87,14 +85,14 @@ def _interval_text(f: Mapping) -> str:
 
 def _test_name(how: str) -> str:
     """The test that gave the p-value, from its ``p_value_method``."""
-    return how if how.startswith("t-test") else f"Wilcoxon signed-rank ({how})"
+    return f"Wilcoxon signed-rank ({how})"
 
 
 _improvement_text, _no_regression_text = statistical_texts(_interval_text, lambda f: _test_name(f["how"]))
 
 
 def _fallback(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, rounds: int,
-              look: int | None, max_looks: int | None) -> Decision:
+              look: int | None, max_looks: int | None, previous_fraction: float | None) -> Decision:
     """The robust method's decision, saying why the paired method did not decide."""
     if all(pair is None for pair in (*b.pairs, *c.pairs)):
         why = "no ABBA rounds recorded"
@@ -102,13 +100,14 @@ def _fallback(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective
         why = (f"only {rounds} complete ABBA round{'' if rounds == 1 else 's'} (a round needs a successful "
                f"attempt of each arm; the paired method needs {MIN_ROUNDS})")
     text = f"{why}: judged by the robust method"
-    decision = robust_rule(b, c, policy, objective, look=look, max_looks=max_looks)
+    decision = robust_rule(b, c, policy, objective, look=look, max_looks=max_looks,
+                           previous_fraction=previous_fraction)
     return dataclasses.replace(decision, figures={**decision.figures, "paired_fallback": text},
                                notes={**decision.notes, "paired_fallback": f"NOTE: {text}"})
 
 
 def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, *, look: int | None = None,
-                max_looks: int | None = None) -> Decision:
+                max_looks: int | None = None, previous_fraction: float | None = None) -> Decision:
     """Decide accept, reject or rerun on the ABBA rounds' within-round latency ratios.
 
     Rounds: :func:`complete_rounds`; ``d_r = log(candidate median_r) - log(baseline median_r)``,
@@ -130,10 +129,7 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
       ``scipy.stats.wilcoxon``, zeros dropped, ties at average ranks, exact for up to 50
       pairs without ties or zeros and for up to 13 with them, the normal approximation above),
       towards a faster candidate (``d < 0``) in ``"improvement"`` and a slower one in
-      ``"non_regression"``; in ``"improvement"`` with fewer rounds than the signed-rank test
-      needs to reach ``alpha`` (from 5: :func:`_stats.small_sample_test`), when every ``d`` is
-      below zero, the one-sided t-test's p-value of ``d`` (``p_value_method`` then starts with
-      ``"t-test"``), at a single look only (not at the looks of ``--until-decisive``);
+      ``"non_regression"`` (``p_value_method`` says whether it was exact);
     - ``ratio_estimate``, ``ratio_ci_low``, ``ratio_ci_high``: the one-sample Hodges-Lehmann
       estimate (the median of the Walsh averages of ``d``) and its signed-rank interval at
       ``confidence`` (exact up to 50 rounds, the normal approximation above), exponentiated;
@@ -153,24 +149,16 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
         needed), ``pairs`` (complete rounds), ``p95_ratio``, ``p95_p_value``; advice
         ``recommended_attempts`` (on an ``inconclusive`` or ``insufficient_valid_runs`` rerun:
         rounds, i.e. attempts per arm, from the spread of ``d``, ``_stats.recommended_pairs``;
-        never below the fewest with which the method can accept at its level: 5 rounds at
-        ``alpha = 0.02`` where the estimate already shows the improvement and the t-test may
-        stand in (:func:`_stats.min_rounds_to_accept`), else the signed-rank test's ``2^-n <
-        alpha``, 6) and ``contention``.
+        never below the fewest with which the signed-rank test can reach its level, ``2^-n <
+        alpha``: 6 at 0.02) and ``contention``.
     """
     rounds, base_r, cand_r = complete_rounds(b, c)
     if len(rounds) < MIN_ROUNDS:
-        return _fallback(b, c, policy, objective, len(rounds), look, max_looks)
+        return _fallback(b, c, policy, objective, len(rounds), look, max_looks, previous_fraction)
     d = log_ratios(base_r, cand_r)
 
-    # The t-test below the signed-rank floor stands in at a single look only: the looks of
-    # --until-decisive spend alpha down to levels (1e-5 and below) where a t-test's tail rests
-    # on normality alone, and there the rounds simply grow until the signed-rank test can reach.
-    small_sample = policy.mode == "improvement" and not is_sequential(look, max_looks)
-
     def estimate(alpha: float, confidence: float) -> Estimate:
-        small = small_sample_test(d, alpha) if small_sample else None
-        p_value, how = small or signed_rank_test(d, "less" if policy.mode == "improvement" else "greater")
+        p_value, how = signed_rank_test(d, "less" if policy.mode == "improvement" else "greater")
         shift, low, high = paired_log_shift(d, confidence)
         return Estimate(p_value, math.exp(shift), None if low is None else math.exp(low),
                         None if high is None else math.exp(high), figures={"p_value_method": how},
@@ -178,26 +166,24 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
 
     def advice(alpha: float, tail_alpha: float, at_least: int, ratio: float | None) -> int | None:
         ratio = math.exp(paired_log_shift(d, None)[0]) if ratio is None else ratio
-        return _advice(d, ratio, policy, alpha, tail_alpha, at_least, small_sample)
+        return _advice(d, ratio, policy, alpha, tail_alpha, at_least)
 
     return statistical_decision(b, c, policy, objective, method="paired", look=look, max_looks=max_looks,
                                 estimate=estimate, advice=advice, texts=(_improvement_text, _no_regression_text),
-                                at_least=len(rounds) + 1, early_figures={"pairs": len(rounds)})
+                                at_least=len(rounds) + 1, early_figures={"pairs": len(rounds)},
+                                previous_fraction=previous_fraction)
 
 
-def _advice(d, ratio: float, policy: Policy, alpha: float, tail_alpha: float, at_least: int,
-            small_sample: bool) -> int | None:
+def _advice(d, ratio: float, policy: Policy, alpha: float, tail_alpha: float, at_least: int) -> int | None:
     """Rounds (attempts per arm) likely to settle it, never below ``at_least`` nor the fewest that can reach the level.
 
-    As the robust rule's: an estimate already large enough needs significance at ``alpha``
-    (from :func:`_stats.min_rounds_to_accept` rounds where the t-test may stand in: a single
-    look, ``small_sample``, and every round so far faster; else the signed-rank test's floor);
-    otherwise the interval must clear the boundary, each tail at ``tail_alpha``.
+    As the robust rule's: an estimate already large enough needs significance at ``alpha`` (from
+    the signed-rank test's floor on); otherwise the interval must clear the boundary, each tail
+    at ``tail_alpha``.
     """
     if policy.mode == "improvement" and not above(ratio, 1 - policy.min_improvement):
         estimate = recommended_pairs(d, margin=0.0, alpha=alpha)
-        # a round the other way stays in the rounds: the t-test can never stand in for them again
-        floor = min_rounds_to_accept(alpha) if small_sample and bool(np.all(d < 0)) else min_pairs_signed_rank(alpha)
+        floor = min_pairs_signed_rank(alpha)
     else:
         boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
         estimate = recommended_pairs(d, margin=boundary, alpha=tail_alpha)
@@ -210,7 +196,7 @@ def _describe(s: Mapping) -> str:
         return f"judged by the {s['judged_by']} method ({s.get('note') or 'no paired statistics'})"
     if s.get("p_value") is None or s.get("ratio_estimate") is None:
         return f"no statistics computed ({s.get('reason')})"
-    test = "t-test" if str(s.get("p_value_method") or "").startswith("t-test") else "Wilcoxon signed-rank"
+    test = "Wilcoxon signed-rank"
     return (f"one-sided {test} p = {s['p_value']:.4g} over {s.get('pairs')} ABBA rounds; "
             f"within-round ratio candidate/baseline {s['ratio_estimate']:.4g}, "
             f"{interval_text(s.get('ratio_ci_low'), s.get('ratio_ci_high'), s.get('confidence'))} (Hodges-Lehmann)")
@@ -219,7 +205,7 @@ def _describe(s: Mapping) -> str:
 #: The paired method's entry in the method registry; its metric names do not clash with the robust method's.
 PAIRED = Method(
     "paired", paired_rule,
-    figures=(Figure("p_value", "paired test p (Wilcoxon signed-rank; a t-test below its floor)",
+    figures=(Figure("p_value", "paired test p (Wilcoxon signed-rank)",
                     metric="paired_p_value"),
              Figure("p_value_method", "paired test", metric=""),
              Figure("ratio_estimate", "within-round ratio candidate/baseline", metric="paired_ratio_estimate"),
@@ -230,7 +216,7 @@ PAIRED = Method(
              Figure("alpha", metric=""), Figure("confidence", metric=""),
              Figure("recommended_attempts", "attempts per arm to settle it", metric="paired_recommended_attempts")),
     objectives=("latency",),
-    help=("Wilcoxon signed-rank test (a t-test below its floor) and Hodges-Lehmann interval on the ABBA "
+    help=("Wilcoxon signed-rank test and Hodges-Lehmann interval on the ABBA "
           "rounds' latency ratios"),
     describe=_describe,
 )

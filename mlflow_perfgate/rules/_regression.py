@@ -138,7 +138,7 @@ def _no_regression_text(f, what: str = "median") -> str:
 
 
 def seed_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, *, look=None,
-              max_looks=None) -> Decision:
+              max_looks=None, previous_fraction=None) -> Decision:
     """The specification's rule on any objective: preconditions, failure rate, quality, the objective's checks.
 
     Any failed check rejects; the looks of a sequential comparison change nothing here (the

@@ -80,7 +80,7 @@ def advice_floor(attempts: int | None, floor: int) -> int | None:
 
 
 def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective, *, look: int | None = None,
-                max_looks: int | None = None) -> Decision:
+                max_looks: int | None = None, previous_fraction: float | None = None) -> Decision:
     """Decide accept, reject or rerun with a rank test and an interval for the latency ratio.
 
     Preconditions as in :func:`evaluate_regression`: both arms need ``min_valid_runs``
@@ -168,7 +168,7 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
 
     return statistical_decision(b, c, policy, objective, method="robust", look=look, max_looks=max_looks,
                                 estimate=estimate, advice=advice, texts=(_improvement_text, _no_regression_text),
-                                at_least=min(len(base_ms), len(cand_ms)) + 1)
+                                at_least=min(len(base_ms), len(cand_ms)) + 1, previous_fraction=previous_fraction)
 
 
 def _advice(base_ms: list, cand_ms: list, ratio: float, policy: Policy, alpha: float, tail_alpha: float,

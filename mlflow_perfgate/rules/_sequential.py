@@ -12,7 +12,7 @@ import math
 
 from ._errors import InputError, check_finite, check_unit_interval
 
-__all__ = ["SPENDING_FUNCTIONS", "alpha_spent", "sequential_alpha", "sequential_thresholds"]
+__all__ = ["SPENDING_FUNCTIONS", "alpha_spent", "sequential_alpha", "sequential_thresholds", "spent_between"]
 
 #: The spending functions :func:`alpha_spent` knows.
 SPENDING_FUNCTIONS = ("obrien_fleming", "pocock")
@@ -107,7 +107,8 @@ def sequential_alpha(look: int, max_looks: int, alpha: float = 0.05, *, previous
 
 
 def sequential_thresholds(look: int, max_looks: int, *, alpha: float = 0.02, confidence: float = 0.90,
-                          previous: int | None = None, spending: str = "obrien_fleming") -> dict:
+                          previous: int | None = None, spending: str = "obrien_fleming",
+                          previous_fraction: float | None = None) -> dict:
     """``alpha`` and ``confidence`` to pass to ``evaluate_robust`` at one look.
 
     The significance level is spent as :func:`sequential_alpha` says; the interval's two tails
@@ -120,6 +121,11 @@ def sequential_thresholds(look: int, max_looks: int, *, alpha: float = 0.02, con
         confidence: the overall confidence of the ratio interval, in (0, 1); ``evaluate_robust``'s
             default.
 
+        previous_fraction: the information fraction already spent before this look, in [0, 1)
+            and below ``look / max_looks``: where a comparison went on from looks of its own
+            (``compare --resume``), what they spent, on any scale. Given, it replaces
+            ``previous``: the look's levels are the spending between it and ``look / max_looks``.
+
     Returns:
         ``{"alpha": ..., "confidence": ...}`` for this look.
 
@@ -127,8 +133,46 @@ def sequential_thresholds(look: int, max_looks: int, *, alpha: float = 0.02, con
         ValueError: an argument is out of range.
     """
     check_unit_interval(confidence, "confidence", InputError)
+    if previous_fraction is not None:
+        return spent_between(look / max_looks if _look_ok(look, max_looks) else 0.0, previous_fraction,
+                             alpha=alpha, confidence=confidence, spending=spending)
     tail = sequential_alpha(look, max_looks, (1 - confidence) / 2, previous=previous, spending=spending)
     return {
         "alpha": sequential_alpha(look, max_looks, alpha, previous=previous, spending=spending),
         "confidence": 1 - 2 * tail,
     }
+
+
+def _look_ok(look, max_looks) -> bool:
+    if type(max_looks) is not int or max_looks < 1:
+        raise InputError(f"max_looks must be a positive integer, got {max_looks!r}")
+    if type(look) is not int or not 1 <= look <= max_looks:
+        raise InputError(f"look must be an integer in the range [1; {max_looks}], got {look!r}")
+    return True
+
+
+def spent_between(fraction: float, previous_fraction: float, *, alpha: float = 0.02, confidence: float = 0.90,
+                  spending: str = "obrien_fleming") -> dict:
+    """``alpha`` and ``confidence`` of a look at information ``fraction`` after ``previous_fraction`` was spent.
+
+    The levels are the spending function's increments between the two fractions (for the
+    significance level and for each tail of the interval), so that the looks of one comparison,
+    wherever they fall and however often it was resumed, spend at most ``alpha`` together.
+    The information fraction is the attempts seen over the most the comparison may take.
+
+    Raises:
+        ValueError: a fraction out of [0, 1], or ``fraction`` not above ``previous_fraction``
+            (a look with nothing left to spend cannot decide).
+    """
+    for name, value in (("fraction", fraction), ("previous_fraction", previous_fraction)):
+        if not check_finite(value, name) or not 0 <= value <= 1:
+            raise InputError(f"{name} must be a float in the range [0; 1], got {value!r}")
+    if not fraction > previous_fraction:
+        raise InputError(f"a look at information fraction {fraction:.4g} has nothing to spend: "
+                         f"{previous_fraction:.4g} was spent already")
+    tail = (1 - confidence) / 2
+    tail_spent = (alpha_spent(fraction, tail, spending=spending)
+                  - alpha_spent(previous_fraction, tail, spending=spending))
+    return {"alpha": alpha_spent(fraction, alpha, spending=spending)
+            - alpha_spent(previous_fraction, alpha, spending=spending),
+            "confidence": 1 - 2 * tail_spent}

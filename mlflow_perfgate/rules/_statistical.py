@@ -36,7 +36,6 @@ from ._stats import (
     interval_rank,
     min_attempts_mann_whitney,
     min_pairs_signed_rank,
-    min_rounds_to_accept,
     signed_rank_interval_rank,
 )
 
@@ -83,10 +82,16 @@ def is_sequential(look: int | None, max_looks: int | None) -> bool:
     return look is not None and max_looks is not None and max_looks > 1
 
 
-def levels(policy: Policy, look: int | None, max_looks: int | None) -> tuple[float, float]:
-    """``(alpha, confidence)`` at this look: the policy's, spent across the looks of a sequential comparison."""
+def levels(policy: Policy, look: int | None, max_looks: int | None,
+           previous_fraction: float | None = None) -> tuple[float, float]:
+    """``(alpha, confidence)`` at this look: the policy's, spent across the looks of a sequential comparison.
+
+    ``previous_fraction``: the information fraction its earlier looks spent (``look`` and
+    ``max_looks`` then count attempts per arm); ``None``: the previous look is ``look - 1``.
+    """
     if is_sequential(look, max_looks):
-        spent = sequential_thresholds(look, max_looks, alpha=policy.alpha, confidence=policy.confidence)
+        spent = sequential_thresholds(look, max_looks, alpha=policy.alpha, confidence=policy.confidence,
+                                      previous_fraction=previous_fraction)
         return spent["alpha"], spent["confidence"]
     return policy.alpha, policy.confidence
 
@@ -126,7 +131,7 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
                          estimate: Callable[[float, float], Estimate],
                          advice: Callable[[float, float, int, float | None], int | None],
                          texts: tuple[Callable, Callable], at_least: int,
-                         early_figures: Mapping | None = None) -> Decision:
+                         early_figures: Mapping | None = None, previous_fraction: float | None = None) -> Decision:
     """The decision of a statistical method, given its statistic and its advice.
 
     Args:
@@ -140,13 +145,14 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
         texts: the messages of ``improvement_ok`` and ``no_regression_ok``.
         at_least: the least advice after an inconclusive answer (one more than the attempts seen).
         early_figures: figures every decision of the method carries, early ones too.
+        previous_fraction: what the earlier looks spent (:func:`levels`).
 
     Returns:
         The :class:`Decision`: checks ``failure_rate_ok``, ``quality_ok``, ``p95_ok`` (the
         exceedance tail test) and ``improvement_ok`` or ``no_regression_ok``; reject on a failed
         check, rerun (``inconclusive``) on an undecided one, else accept.
     """
-    alpha, confidence = levels(policy, look, max_looks)
+    alpha, confidence = levels(policy, look, max_looks, previous_fraction)
     labels = {"method": method, "mode": policy.mode, "objective": objective.name, "notes": failure_notes(b, c)}
     early = dict(early_figures or {})
     tail_alpha = (1 - confidence) / 2
@@ -200,25 +206,25 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
 
 
 def too_few_to_decide(policy: Policy, attempts: int, *,
-                      looks_for: Callable[[int], int] | None = None) -> str | None:
+                      looks_for: Callable[[int], int | list[int]] | None = None) -> str | None:
     """Why a statistical method can never accept with ``attempts`` per arm at its levels, or None.
 
     The exact tests and intervals have a floor. In ``improvement`` mode an accept needs the
     one-sided test below ``alpha``, and its smallest p-value is the robust method's ``1 /
     C(2n, n)`` (:func:`_stats.min_attempts_mann_whitney`: 4) or the paired method's signed-rank
-    ``2^-n`` over ``n`` complete rounds (6 at 0.02), where, at a single look, the paired
-    method's t-test takes over from 5 rounds (:func:`_stats.min_rounds_to_accept`: 5 at 0.02).
-    In ``non_regression`` mode an accept needs the interval's upper bound, which exists from the
-    size at which :func:`_stats.signed_rank_interval_rank` (or ``interval_rank``) is at least 1
-    at ``confidence`` (5 rounds, 3 per arm at 90%). Below the floor a comparison can still
-    reject (an interval that rules the change out, the tail test) or ask for a rerun; it is run
-    all the same (to check a pipeline, say), with this said first.
+    ``2^-n`` over ``n`` complete rounds (6 at 0.02). In ``non_regression`` mode an accept needs
+    the interval's upper bound, which exists from the size at which
+    :func:`_stats.signed_rank_interval_rank` (or ``interval_rank``) is at least 1 at
+    ``confidence`` (5 rounds, 3 per arm at 90%). Below the floor a comparison can still reject
+    (an interval that rules the change out, the tail test) or ask for a rerun; it is run all the
+    same (to check a pipeline, say), with this said first.
 
     ``looks_for`` makes it a sequential comparison's (``--until-decisive``): ``attempts`` is its
-    most attempts per arm and ``looks_for(m)`` how many looks ``m`` of them give. With more than
-    one look the floor is the last look's, at the alpha and confidence spent there
-    (:func:`sequential_thresholds`), and the paired method's signed-rank test decides every look
-    (no t-test); the advice then names ``--max-attempts``.
+    most attempts per arm and ``looks_for(m)`` either how many equally spaced looks ``m`` of them
+    give, or the looks' positions in attempts per arm (the information fraction of a look is its
+    position over ``m``). With more than one look the floor is the last look's, at the alpha and
+    confidence spent between the look before it and the last; the advice then names
+    ``--max-attempts``.
     """
     if policy.method not in ("robust", "paired"):  # the seed method has no test, so no floor
         return None
@@ -227,6 +233,13 @@ def too_few_to_decide(policy: Policy, attempts: int, *,
 
     def levels_at(most: int) -> tuple[float, float, int]:
         looks = looks_for(most) if looks_for is not None else 1
+        if isinstance(looks, (list, tuple)):
+            positions = sorted(looks)
+            if len(positions) > 1:
+                spent = sequential_thresholds(most, most, alpha=policy.alpha, confidence=policy.confidence,
+                                              previous_fraction=positions[-2] / most)
+                return spent["alpha"], spent["confidence"], len(positions)
+            return policy.alpha, policy.confidence, 1
         if looks > 1:
             spent = sequential_thresholds(looks, looks, alpha=policy.alpha, confidence=policy.confidence)
             return spent["alpha"], spent["confidence"], looks
@@ -235,9 +248,7 @@ def too_few_to_decide(policy: Policy, attempts: int, *,
     def floor(most: int) -> int:
         alpha, confidence, looks = levels_at(most)
         if policy.mode == "improvement":
-            if not paired:
-                return min_attempts_mann_whitney(alpha)
-            return min_rounds_to_accept(alpha) if looks == 1 else min_pairs_signed_rank(alpha)
+            return min_pairs_signed_rank(alpha) if paired else min_attempts_mann_whitney(alpha)
         need = 1
         while need < 1000 and (signed_rank_interval_rank(need, confidence) if paired
                                else interval_rank(need, need, confidence)) < 1:
@@ -253,13 +264,9 @@ def too_few_to_decide(policy: Policy, attempts: int, *,
     alpha, confidence, looks = levels_at(attempts)
     level = f"alpha = {alpha:g}" if looks == 1 else f"the last of its {looks} looks' alpha = {alpha:.3g}"
     if policy.mode == "improvement":
-        if paired and looks == 1 and here < min_pairs_signed_rank(alpha):
-            why = (f"at {level} it needs at least {here} {unit} (its signed-rank test "
-                   f"{min_pairs_signed_rank(alpha)}, its t-test below that floor {here})")
-        else:
-            smallest = f"1/{2 ** attempts}" if paired else f"1/{math.comb(2 * attempts, attempts)}"
-            why = (f"at {level} its {'signed-rank' if paired else 'Mann-Whitney'} test needs at "
-                   f"least {here} {unit} ({attempts} give a smallest p-value of {smallest})")
+        smallest = f"1/{2 ** attempts}" if paired else f"1/{math.comb(2 * attempts, attempts)}"
+        why = (f"at {level} its {'signed-rank' if paired else 'Mann-Whitney'} test needs at "
+               f"least {here} {unit} ({attempts} give a smallest p-value of {smallest})")
     else:
         at = "" if looks == 1 else f" at the last of its {looks} looks"
         why = f"its {confidence:.0%} interval{at} has an upper bound only from {here} {unit}"

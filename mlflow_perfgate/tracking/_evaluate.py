@@ -20,8 +20,12 @@ __all__ = ["AttemptView", "DEFAULT_STALE_AFTER_S", "evaluate_group", "group_filt
 DEFAULT_STALE_AFTER_S = 3600.0
 
 
-def _sequential_look(tags: dict, notes: list[str]) -> tuple[int | None, int | None]:
-    """The look a sequential comparison reached, from its run's tags (``None, None`` for a single look).
+def _sequential_look(tags: dict, notes: list[str]) -> tuple[int | None, int | None, float | None]:
+    """The look a sequential comparison reached, from its run's tags (``None, None, None`` for a single look).
+
+    The third value is the information fraction its earlier looks had spent
+    (``perfgate.look_previous_fraction``; ``None`` for a group of an earlier release, whose looks
+    were counted one by one).
 
     A group collected by ``compare --until-decisive`` was judged at each look with its levels
     spent across the looks; judged again at one look with the full alpha, the same attempts
@@ -30,15 +34,22 @@ def _sequential_look(tags: dict, notes: list[str]) -> tuple[int | None, int | No
     """
     look, last = tags.get(TAG.LOOK), tags.get(TAG.MAX_LOOKS)
     if look is None or last is None:
-        return None, None
+        return None, None, None
     if not (look.isdigit() and last.isdigit() and 1 <= int(look) <= int(last)):
         notes.append(f"the comparison run's {TAG.LOOK}={look!r} and {TAG.MAX_LOOKS}={last!r} are not a look: "
                      "judged as a single look")
-        return None, None
+        return None, None, None
     notes.append(f"judged at look {look} of {last}: these attempts were collected by a sequential comparison "
                  "(compare --until-decisive), whose alpha and confidence are spent across its looks; pass look and "
                  "max_looks to judge them otherwise")
-    return int(look), int(last)
+    previous = tags.get(TAG.LOOK_PREVIOUS)
+    try:
+        previous = None if previous is None else float(previous)
+    except ValueError:
+        previous = None
+    if previous is not None and not 0 <= previous < int(look) / int(last):
+        previous = None
+    return int(look), int(last), previous
 
 
 def _common_parent(views: list[AttemptView], mlflow_client, group: str, notes: list[str]):
@@ -60,7 +71,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
                    method: str | None = None, mode: str | None = None, margin: float | None = None,
                    env_mismatch: str = "fail", alpha: float | None = None, confidence: float | None = None,
                    look: int | None = None, max_looks: int | None = None, dry_run: bool = False,
-                   policy: rules.Policy | None = None, latency: str | None = None, **thresholds: Any) -> dict:
+                   policy: rules.Policy | None = None, latency: str | None = None,
+                   previous_fraction: float | None = None, **thresholds: Any) -> dict:
     """Judge a group's attempts and log the decision run.
 
     Finds the attempts with one paginated search, then applies in order: correctness first
@@ -90,6 +102,9 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         look, max_looks: the look number of a sequential comparison (``--until-decisive``). When
             neither is given and the group's comparison run was sequential (tags
             ``perfgate.look`` and ``perfgate.max_looks``), the look it reached, with a warning.
+        previous_fraction: with ``look`` and ``max_looks`` counted in attempts per arm, the
+            information fraction the comparison's earlier looks spent (``compare --until-decisive``
+            passes it; read from ``perfgate.look_previous_fraction`` with the look).
         dry_run: judge without writing anything (the interim looks of a sequential comparison).
         policy: a :class:`~mlflow_perfgate.rules.Policy` instead of the options above (its
             objective is used as given).
@@ -146,8 +161,9 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     if not objective_given and parent is not None and parent.data.tags.get(TAG.OBJECTIVE):
         policy = policy.replace(objective=parent.data.tags[TAG.OBJECTIVE])
     if look is None and max_looks is None and parent is not None:
-        look, max_looks = _sequential_look(parent.data.tags, notes)
-    result, change = judge_views(views, policy, env_mismatch, look=look, max_looks=max_looks)
+        look, max_looks, previous_fraction = _sequential_look(parent.data.tags, notes)
+    result, change = judge_views(views, policy, env_mismatch, look=look, max_looks=max_looks,
+                                 previous_fraction=previous_fraction)
     result["warnings"] = notes + result.get("warnings", [])
     waiting = _journal.pending(tracking_uri=mlflow_client.tracking_uri, group=group)
     if waiting:
@@ -169,7 +185,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
                    "attempt_id": v.attempt_id,
                    "start_time": v.start_time, "deleted": v.deleted} for v in views],
         decision_key=decision_key(group, views, policy.options(), env_mismatch=env_mismatch, look=look,
-                                  max_looks=max_looks, waiting=len(waiting)),
+                                  max_looks=max_looks, waiting=len(waiting),
+                                  **({} if previous_fraction is None else {"previous_fraction": previous_fraction})),
     )
     result.setdefault("method", policy.method)  # the rule's own: a paired request without rounds is judged by robust
     result.setdefault("failed_checks", [])

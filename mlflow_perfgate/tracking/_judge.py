@@ -67,7 +67,7 @@ def records(views: list[AttemptView]) -> dict[str, list[dict]]:
 
 
 def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: str, *, look: int | None = None,
-                max_looks: int | None = None) -> tuple[dict, Change]:
+                max_looks: int | None = None, previous_fraction: float | None = None) -> tuple[dict, Change]:
     """The evaluator's order: correctness, single variable, environment, in-progress, then the rule.
 
     Returns:
@@ -111,7 +111,8 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
         return {**_summaries(judged), "decision": "rerun", "reason": "attempts_in_progress",
                 "running_runs": running, "failed_checks": [], "warnings": warnings,
                 "excluded_runs": [v.run_id for v in excluded]}, change
-    decision = rules.judge(judged["baseline"], judged["candidate"], policy, look=look, max_looks=max_looks)
+    decision = rules.judge(judged["baseline"], judged["candidate"], policy, look=look, max_looks=max_looks,
+                           previous_fraction=previous_fraction)
     result = decision.to_dict()
     key = policy.latency_key
     flagged = {arm: [judged[arm][index] for index in indices] for arm, indices in result["contention"].items()}

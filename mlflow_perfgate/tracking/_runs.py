@@ -197,7 +197,11 @@ def group_state(group: str, *, experiment_name: str | None = None) -> dict:
     Returns:
         ``attempts`` (how many), ``comparison_run_id`` (the comparison its attempts nest under,
         or ``None``), ``next_pair`` (the next free ABBA round), ``repeats`` (the values of the
-        ``repeats`` condition its attempts carry, sorted: a resumed comparison keeps its own).
+        ``repeats`` condition its attempts carry, sorted: a resumed comparison keeps its own),
+        ``per_arm`` (the most attempts of one arm), ``spent`` (the information fraction the
+        comparison's recorded looks spent: ``perfgate.look_spent_fraction``, or ``perfgate.look``
+        over ``perfgate.max_looks`` for a group of an earlier release; ``None`` without looks) and
+        ``decided`` (whether the comparison run holds a decision).
     """
     from ._group import load
 
@@ -205,10 +209,32 @@ def group_state(group: str, *, experiment_name: str | None = None) -> dict:
     try:
         experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     except InputError:
-        return {"attempts": 0, "comparison_run_id": None, "next_pair": 0, "repeats": []}
+        return {"attempts": 0, "comparison_run_id": None, "next_pair": 0, "repeats": [], "per_arm": 0,
+                "spent": None, "decided": False}
     found = load(group, experiment_id, mlflow_client, stale_after_s=float("inf"))
     parents = {view.parent_run_id for view in found.attempts if view.parent_run_id}
     pairs = [int(view.tags[TAG.PAIR]) for view in found.attempts if view.tags.get(TAG.PAIR, "").isdigit()]
-    return {"attempts": len(found.attempts), "comparison_run_id": next(iter(parents)) if len(parents) == 1 else None,
+    comparison_id = next(iter(parents)) if len(parents) == 1 else None
+    spent, decided = None, False
+    if comparison_id is not None:
+        tags = _client.retrying(lambda: mlflow_client.get_run(comparison_id)).data.tags
+        spent, decided = spent_fraction(tags), TAG.DECISION in tags
+    arms = [view.arm for view in found.attempts]
+    return {"attempts": len(found.attempts), "comparison_run_id": comparison_id,
             "next_pair": max(pairs) + 1 if pairs else 0,
-            "repeats": sorted({view.params["repeats"] for view in found.attempts if "repeats" in view.params})}
+            "repeats": sorted({view.params["repeats"] for view in found.attempts if "repeats" in view.params}),
+            "per_arm": max((arms.count(arm) for arm in set(arms)), default=0), "spent": spent, "decided": decided}
+
+
+def spent_fraction(tags: dict) -> float | None:
+    """The information fraction a comparison run's recorded looks spent, or ``None`` without looks."""
+    try:
+        if TAG.LOOK_SPENT in tags:
+            value = float(tags[TAG.LOOK_SPENT])
+        elif TAG.LOOK in tags and TAG.MAX_LOOKS in tags:
+            value = int(tags[TAG.LOOK]) / int(tags[TAG.MAX_LOOKS])
+        else:
+            return None
+    except (ValueError, ZeroDivisionError):
+        return None
+    return value if 0 <= value <= 1 else None

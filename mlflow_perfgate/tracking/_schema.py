@@ -123,6 +123,12 @@ class TAG:
     #: group judges at that look, its levels spent as the comparison's were, unless told a look.
     LOOK = "perfgate.look"
     MAX_LOOKS = "perfgate.max_looks"
+    #: On a comparison run collected with ``--until-decisive``: the information fraction (attempts
+    #: per arm over the most it may take) its looks had spent before the last look, and through it.
+    #: With them, ``perfgate.look`` and ``perfgate.max_looks`` count attempts per arm; a later
+    #: ``evaluate`` judges at the same levels, and ``compare --resume`` goes on spending from there.
+    LOOK_PREVIOUS = "perfgate.look_previous_fraction"
+    LOOK_SPENT = "perfgate.look_spent_fraction"
     #: ``host|boot id|pid|start ticks`` of the process that runs an attempt or a comparison.
     SUPERVISOR = "perfgate.supervisor"
     #: On a decision run: a digest of the attempts judged and the policy; racing evaluators of the
