@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import shlex
@@ -323,15 +324,30 @@ def _numbers(items: dict, where: str) -> dict:
     return numbers
 
 
+#: The prefix of an attempt_id made from a ``--from-jsonl`` line (:func:`_jsonl_attempts`).
+DERIVED_ID_PREFIX = "jsonl-"
+
+
 def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
-    """The attempts of a JSON-lines file (``-``: stdin), each checked: ``record``'s options as fields."""
+    """The attempts of a JSON-lines file (``-``: stdin), each checked: ``record``'s options as fields.
+
+    A line without an ``attempt_id`` gets one made from what it records: a digest of the command's
+    options and of the file's lines up to and including this one (``jsonl-`` and 32 hex digits;
+    ``derived`` is true). Recording the same file again (a retried CI step) names the same attempts,
+    so the store counts and shows each once; lines appended to the file later get ids of their
+    own and the earlier lines keep theirs. Two files alike up to a line, recorded under the same
+    options, are taken for one: give ``attempt_id`` where identical files are distinct attempts.
+    """
     try:
         handle = sys.stdin if source == "-" else open(source, encoding="utf-8")
     except OSError as exc:
         raise click.BadParameter(f"cannot read {source!r}: {exc.strerror}", param_hint="--from-jsonl") from None
     attempts = []
+    digest = hashlib.sha256(json.dumps({key: value for key, value in defaults.items() if key != "allow_empty"},
+                                       sort_keys=True, default=str).encode())
     with handle if source != "-" else contextlib.nullcontext(handle):
         for number, line in enumerate(handle, 1):
+            digest.update(line.rstrip("\r\n").encode("utf-8", "surrogatepass") + b"\n")
             if not line.strip():
                 continue
             where = f"--from-jsonl line {number}"
@@ -370,7 +386,8 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
                 validity=_validity(validity, where) if isinstance(validity, str) else validity,
                 metrics=item.get("metrics") or None,
                 environment={**defaults.get("environment", {}), **item.get("env", {})} or None,
-                attempt_id=item.get("attempt_id"), parent_run_id=item.get("parent_run_id", defaults["parent_run_id"]),
+                attempt_id=item.get("attempt_id", DERIVED_ID_PREFIX + digest.hexdigest()[:32]),
+                derived="attempt_id" not in item, parent_run_id=item.get("parent_run_id", defaults["parent_run_id"]),
                 experiment_name=item.get("experiment", defaults["experiment"]),
                 commit_time=_commit_time(item.get("commit_time", defaults["commit_time"]), where),
                 step_times_ms=item.get("step_times_ms"),
@@ -379,7 +396,7 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
         raise click.BadParameter(f"{source!r} holds no attempt", param_hint="--from-jsonl")
     first: dict[str, str] = {}
     for attempt in attempts:  # an attempt_id names one attempt: a second line with it is another outcome
-        if attempt["attempt_id"] is not None:
+        if attempt["attempt_id"] is not None and not attempt["derived"]:
             key = str(attempt["attempt_id"])
             if key in first:
                 raise click.BadParameter(f"attempt_id {key!r} is given on {first[key]} already: an attempt_id names "
@@ -417,7 +434,9 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
                    "parent_run_id, experiment, commit_time, and step_times_ms: the measured steps' times, whose "
                    "fastest --latency fastest judges and whose 10th percentile --latency p10); the options "
                    "above are the defaults of every line, and a field given as null is a field not given. Every "
-                   "line is checked before anything is written.")
+                   "line is checked before anything is written. A line without attempt_id is named by its "
+                   "content (the options and the lines up to it): recording the file again writes nothing "
+                   "twice. Once the server is found down, every remaining line waits in the journal for sync.")
 @guarded
 def record(group, arm, conditions, condition_list, allow_empty, latency_ms, quality, failure, validity, metrics,
            environment, attempt_id, parent_run_id, experiment, commit_time, from_jsonl):
@@ -445,7 +464,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
             failure=failure or None,  # an empty --failure (an MLproject default) means none
             validity=_validity(validity, "--validity"), metrics=_numbers(parse_assignments(metrics, "--metric"),
                                                                           "--metric") or None,
-            environment=parse_assignments(environment, "--env") or None, attempt_id=attempt_id,
+            environment=parse_assignments(environment, "--env") or None, attempt_id=attempt_id, derived=False,
             parent_run_id=parent_run_id, experiment_name=experiment,
             commit_time=_commit_time(commit_time, "--commit-time"),
         )]
@@ -454,6 +473,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
 
     parents = [(item["parent_run_id"], item["group"]) for item in attempts if item["parent_run_id"]]
     checked = []
+    derived = {item["attempt_id"] for item in attempts if item.pop("derived")}
     for item in attempts:  # every attempt checked before mlflow is imported, and before anything is written
         where = item.pop("where")
         try:
@@ -461,11 +481,42 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
                                          ok=item["failure"] is None, **item))
         except InputError as exc:
             raise InputError(f"{where}: {exc}" if where else str(exc)) from None
-    from mlflow_perfgate.tracking import check_parent_runs, log_checked
+    from mlflow_perfgate.tracking import check_parent_runs
+    from mlflow_perfgate.tracking._attempts import log_series
+    from mlflow_perfgate.tracking._journal import journal_path
 
     check_parent_runs(parents)
-    for attempt in checked:
-        click.echo(log_checked(attempt))
+    stored = []
+
+    def echo(run_id: str) -> None:
+        stored.append(run_id)
+        click.echo(run_id)
+
+    try:
+        outcome = log_series(checked, derived=derived, on_run=echo)
+    except Exception:
+        if len(checked) > 1:
+            click.echo(f"{len(stored)} of {len(checked)} attempts are in MLflow (their run ids above); the error below "
+                       f"stopped the others, none of them written", err=True)
+        raise
+    if outcome.present:
+        click.echo(f"{len(outcome.present)} of {len(checked)} attempts were in MLflow already (recorded before): "
+                   "not written again", err=True)
+    if outcome.deferred:
+        if len(checked) == 1:
+            _fail(str(outcome.cause))
+        _fail(f"{len(outcome.deferred)} of {len(checked)} attempts are kept in the journal {journal_path()} because "
+              f"the tracking server could not be reached ({_cause_text(outcome.cause)}); {len(outcome.run_ids)} are in "
+              "MLflow (their run ids above); run 'mlflow-perfgate sync' when the server is back")
+
+
+def _cause_text(deferred) -> str:
+    cause = deferred.__cause__ if deferred is not None else None
+    if cause is None:
+        return "no answer"
+    from mlflow_perfgate.tracking._client import short_error
+
+    return short_error(cause)
 
 
 @cli.command()
@@ -974,6 +1025,9 @@ def sync():
     counts = replay()
     click.echo(f"{counts['sent']} sent, {counts['already_present']} already present "
                f"(of {counts['pending_before']} waiting in the journal)")
+    if counts.reconciled:
+        click.echo(f"{len(counts.reconciled)} runs shown otherwise than counted were ended as counted "
+                   "(a second run of one attempt, a decision run without its decision, an outcome shown FAILED)")
     if counts.in_flight:
         click.echo(f"{counts.in_flight} attempts started and are still running (or ran on another host): left pending")
     for line in counts.skipped_lines:
@@ -991,7 +1045,8 @@ def reap(older_than, experiment, group):
     from mlflow_perfgate.tracking import parse_duration, reap as reap_runs
 
     reaped = reap_runs(parse_duration(older_than), experiment_name=experiment, group=group)
-    click.echo(f"{len(reaped)} stale attempts marked KILLED")
+    click.echo(f"{len(reaped)} runs ended as the evaluator counts them (stale or orphaned runs KILLED, written "
+               "outcomes as they say)")
     for run_id in reaped:
         click.echo(f"  {run_id}")
 

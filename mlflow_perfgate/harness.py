@@ -427,6 +427,7 @@ def compare(
     arms = {"baseline": base, "candidate": candidate}
     next_pair = held["next_pair"]
     deferred: list[str] = []  # attempts kept in the journal while the server was down
+    in_flight: list = []  # the started attempts whose outcome is not known yet (ended KILLED if compare stops)
     witness = _ChangeWitness(variable)  # the factory must not ignore the change (checked once per arm)
 
     def report(arm: str, started, result, bar) -> None:
@@ -441,10 +442,15 @@ def compare(
     def run_round(pair: int, bar) -> None:
         """One child, both arms, their steps interleaved; the leading arm alternates between rounds (ABBA)."""
         order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
-        started = [start_attempt(group, arm, arms[arm], experiment_name=experiment_name, parent_run_id=comparison_id,
-                                 pair=pair, environment={"gpu_name": _gpu_name(arms[arm])}) for arm in order]
+        started = []
+        for arm in order:
+            started.append(start_attempt(group, arm, arms[arm], experiment_name=experiment_name,
+                                         parent_run_id=comparison_id, pair=pair,
+                                         environment={"gpu_name": _gpu_name(arms[arm])}))
+            in_flight.append(started[-1])
         results = run_interleaved(workload, arms[order[0]], arms[order[1]], supervised=supervised,
                                   timeout_s=2 * timeout_s, threads=threads, runner=active)
+        in_flight.clear()
         for arm, attempt, result in zip(order, started, results):
             report(arm, attempt, result, bar)
 
@@ -459,8 +465,10 @@ def compare(
             started = start_attempt(group, arm, arms[arm], experiment_name=experiment_name,
                                     parent_run_id=comparison_id, pair=next_pair + index // 2,
                                     environment={"gpu_name": _gpu_name(arms[arm])})
+            in_flight.append(started)
             result = run_attempt(workload, arms[arm], supervised=supervised, timeout_s=timeout_s, threads=threads,
                                  runner=active)
+            in_flight.clear()
             report(arm, started, result, bar)
         next_pair += len(order) // 2
 
@@ -504,6 +512,10 @@ def compare(
             result = evaluate_group(group, experiment_name=experiment_name, objective=objective, **final_kwargs)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
+        for started in in_flight:  # the attempt it was running: a failed attempt, its run KILLED, saying why
+            what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+            with contextlib.suppress(Exception):
+                started.abort(f"{what}: compare stopped while this attempt ran ({reason})")
         try:
             end_run(comparison_id, "KILLED", reason=f"compare stopped before its decision: {reason}"[:2000])
         except Exception:  # the server may be what failed; the original error matters

@@ -8,6 +8,10 @@ in flight, so a pooled client meets the new mode on its next request:
   reverse proxy does while the server behind it restarts.
 - ``"silent"``: accept the connection and never answer.
 - ``"reset"``: accept and close at once.
+- ``"lose"`` (set by :meth:`FaultProxy.lose_answers`): each request is forwarded on a connection
+  of its own; the next ``count`` requests whose path holds a given text reach the server, which
+  acts on them, but their answers are dropped and the client's connection closed: a lost answer
+  (the server restarted, or a proxy timed out, after the write). Every other answer passes.
 
 It only ever connects to the upstream address it was given (a loopback port).
 """
@@ -30,6 +34,8 @@ class FaultProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests = 0
         self.connections = 0
+        self.lost: list[str] = []  # the request lines whose answers were dropped
+        self._lose: list = ["", 0]
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -43,6 +49,12 @@ class FaultProxy:
             open_now, self._open = self._open, set()
         for sock in open_now:
             _close(sock)
+
+    def lose_answers(self, path: str, count: int = 1) -> None:
+        """Drop the answers of the next ``count`` requests whose path holds ``path`` (mode ``"lose"``)."""
+        with self._lock:
+            self._lose = [path, count]
+        self.mode = "lose"
 
     def close(self) -> None:
         self._stopped.set()
@@ -69,6 +81,13 @@ class FaultProxy:
         elif mode == "silent":
             self._stopped.wait(600)
             _close(client)
+        elif mode == "lose":
+            try:
+                while self._forward_one(client):
+                    pass
+            except OSError:
+                pass
+            _close(client)
         elif mode.isdigit():
             try:
                 while self._read_request(client):
@@ -87,6 +106,50 @@ class FaultProxy:
             self._track(upstream)
             threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
             _pump(client, upstream, count=self)
+
+    def _forward_one(self, client: socket.socket) -> bool:
+        """Forward one request on a connection of its own; answer it unless its answer is to be lost."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = client.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        length = 0
+        for line in lines:
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        while len(body) < length:
+            chunk = client.recv(65536)
+            if not chunk:
+                return False
+            body += chunk
+        self.requests += 1
+        kept = [line for line in lines[1:] if not line.lower().startswith(b"connection:")]
+        request = b"\r\n".join([lines[0], *kept, b"Connection: close"]) + b"\r\n\r\n" + body
+        upstream = socket.create_connection(self.upstream, timeout=60)
+        try:
+            upstream.sendall(request)
+            answer = b""
+            while True:  # the server closes after its answer (Connection: close)
+                chunk = upstream.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        finally:
+            _close(upstream)
+        request_line = lines[0].decode("latin-1")
+        with self._lock:
+            lose = self._lose[1] > 0 and self._lose[0] in request_line
+            if lose:
+                self._lose[1] -= 1
+                self.lost.append(request_line)
+        if lose:
+            return False  # the server acted; the client never hears of it
+        client.sendall(answer)
+        return b"connection: close" not in answer.lower().split(b"\r\n\r\n", 1)[0]
 
     @staticmethod
     def _read_request(client: socket.socket) -> bool:

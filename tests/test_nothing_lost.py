@@ -414,8 +414,8 @@ def test_sigterm_of_compare_ends_everything_with_the_reason(sqlite_uri, tmp_path
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     client = MlflowClient()
     deadline = time.time() + 240
-    while time.time() < deadline:  # wait until the first attempt runs
-        running = [r for r in client.search_runs(["0"], "tags.\"perfgate.kind\" = 'attempt'")]
+    while time.time() < deadline:  # wait until the first attempt's run is RUNNING in the store
+        running = client.search_runs(["0"], "tags.\"perfgate.kind\" = 'attempt' AND attributes.status = 'RUNNING'")
         if running:
             break
         time.sleep(0.5)
@@ -429,9 +429,11 @@ def test_sigterm_of_compare_ends_everything_with_the_reason(sqlite_uri, tmp_path
     [comparison] = client.search_runs(["0"], "tags.\"perfgate.kind\" = 'comparison'")
     assert comparison.info.status == "KILLED"
     assert "terminated by SIGTERM" in comparison.data.tags[TAG.END_REASON]
+    # the attempt it was running is ended too, before compare exits: KILLED, a failed attempt saying why
     [attempt] = client.search_runs(["0"], "tags.\"perfgate.kind\" = 'attempt'")
-    assert attempt.info.status == "FAILED" and "SIGTERM" in attempt.data.tags[TAG.FAILURE] or (
-        attempt.info.status == "RUNNING")
+    assert attempt.info.status == "KILLED" and attempt.data.tags[TAG.OK] == "false"
+    assert attempt.data.tags[TAG.FAILURE].startswith("terminated: compare stopped while this attempt ran")
+    assert "SIGTERM" in attempt.data.tags[TAG.FAILURE]
 
 
 def _descendants(pid: int) -> list[int]:
@@ -548,10 +550,18 @@ def test_a_run_written_but_not_terminated_is_its_outcome_everywhere(sqlite_uri):
     client.log_metric(started.run_id, "latency_ms", 90.0)
     client.log_metric(started.run_id, "quality", 0.895)
     client.set_tag(started.run_id, TAG.OK, "true")
-    result = pg.evaluate_group("half")
+    result = pg.evaluate_group("half", dry_run=True)  # a dry run writes nothing, its rule's fixes neither
     assert result["candidate"]["valid_runs"] == 5 and result["decision"] == "accept"
     assert reap(1e-3, group="half") == [started.run_id]
     assert client.get_run(started.run_id).info.status == "FINISHED"  # as its outcome says, not KILLED
+    # the evaluator applies the same rule to what it read
+    again = start_attempt("half", "candidate", CANDIDATE)
+    client.log_metric(again.run_id, "latency_ms", 89.0)
+    client.log_metric(again.run_id, "quality", 0.895)
+    client.set_tag(again.run_id, TAG.OK, "true")
+    result = pg.evaluate_group("half")
+    assert result["candidate"]["valid_runs"] == 6 and result["reconciled_run_ids"] == [again.run_id]
+    assert client.get_run(again.run_id).info.status == "FINISHED"
 
 
 # 12. passwords ------------------------------------------------------------------------------------------

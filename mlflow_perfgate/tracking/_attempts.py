@@ -8,7 +8,7 @@ import time
 import warnings
 from typing import Iterator
 
-from mlflow.entities import Metric, RunStatus
+from mlflow.entities import Metric, RunStatus, ViewType
 
 from ..rules._errors import InputError, StoreRefused, StoreUnavailable
 from . import _client, _journal
@@ -24,10 +24,11 @@ from ._inputs import (
     clip,
 )
 from ._environment import process_identity
+from ._group import group_filter
 from ._schema import METRIC, TAG
 
-__all__ = ["AttemptDeferred", "AttemptRecorder", "StartedAttempt", "attempt", "clip", "entities", "log_attempt",
-           "log_checked", "start_attempt", "write_payload"]
+__all__ = ["AttemptDeferred", "AttemptRecorder", "SeriesOutcome", "StartedAttempt", "attempt", "clip", "entities",
+           "held_attempts", "log_attempt", "log_checked", "log_series", "start_attempt", "write_payload"]
 
 
 def entities(result: _Result) -> tuple[list[Metric], dict[str, str]]:
@@ -145,13 +146,110 @@ def log_checked(checked, *, journal: bool | None = None) -> str:
     return _send(payload, use_journal)
 
 
+class SeriesOutcome:
+    """What :func:`log_series` did with a series of attempts, in order."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.written: list[str] = []  # run ids written now
+        self.present: list[str] = []  # run ids the store held already (a series recorded again)
+        self.deferred: list[str] = []  # attempt ids kept in the journal for sync
+        self.cause: AttemptDeferred | None = None  # why the store was left alone
+
+    @property
+    def run_ids(self) -> list[str]:
+        return self.written + self.present
+
+
+def log_series(checked_list: list, *, derived: frozenset | set = frozenset(), journal: bool | None = None,
+               on_run=None) -> SeriesOutcome:
+    """Write checked attempts in order (``record --from-jsonl``), none lost when the store goes away.
+
+    Once the tracking server is found unreachable (or answers "not now"), every remaining attempt
+    is appended to the journal at once, without asking the server again for each one: ``sync``
+    sends them, idempotently, when it is back. An attempt whose ``attempt_id`` is in ``derived``
+    (ids made from the series' content, so that recording the same series again names the same
+    attempts) is first looked up, with one search per group: one the store holds with its outcome
+    is not written again (its run id is reported), one it holds RUNNING without an outcome gets
+    the outcome written onto that run. ``on_run(run_id)`` is called for each attempt the store
+    holds, as it is known. Without the journal, an unreachable store raises as :func:`log_checked`.
+    """
+    mlflow_client = _client.client(probe=False)
+    experiment_env = {k: os.environ[k] for k in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_EXPERIMENT_ID") if os.environ.get(k)}
+    use_journal = _journal_enabled(mlflow_client.tracking_uri) if journal is None else journal
+    outcome = SeriesOutcome(len(checked_list))
+    held: dict[tuple, dict] = {}
+    for checked in checked_list:
+        payload = checked.payload(mlflow_client.tracking_uri, experiment_env)
+        if outcome.cause is not None:  # known down: straight to the journal
+            _journal.append(payload)
+            outcome.deferred.append(payload["attempt_id"])
+            continue
+        try:
+            run = _held_run(mlflow_client, payload, held) if payload["attempt_id"] in derived else None
+            if run is not None and TAG.OK in run.data.tags:
+                outcome.present.append(run.info.run_id)
+                if on_run is not None:
+                    on_run(run.info.run_id)
+                continue
+            if run is not None and run.info.status == "RUNNING":
+                payload = {**payload, "run_id": run.info.run_id}
+            run_id = _send(payload, use_journal)
+        except AttemptDeferred as exc:
+            outcome.cause = exc
+            outcome.deferred.append(payload["attempt_id"])
+            continue
+        except Exception as exc:  # the look-up itself found the store down
+            if not (use_journal and _client.is_unreachable(exc)):
+                raise
+            _journal.append(payload)
+            outcome.cause = AttemptDeferred(payload["attempt_id"], exc)
+            outcome.deferred.append(payload["attempt_id"])
+            continue
+        outcome.written.append(run_id)
+        if on_run is not None:
+            on_run(run_id)
+    return outcome
+
+
+def _held_run(mlflow_client, payload: dict, held: dict):
+    """The run of the payload's attempt the store holds (one search per experiment and group), or None."""
+    _client.ensure_reachable(mlflow_client.tracking_uri, series=True)
+    with _experiment_env(payload.get("experiment_env") or {}):
+        try:
+            experiment_id = _client.resolve_experiment(mlflow_client, payload["experiment_name"], create=False)
+        except InputError:
+            return None  # no such experiment yet: nothing of the series is there
+    key = (experiment_id, payload["group"])
+    if key not in held:
+        runs = _client.search_all(mlflow_client, [experiment_id], group_filter(payload["group"]), view=ViewType.ALL)
+        held[key] = held_attempts(runs, payload["group"])
+    return held[key].get(payload["attempt_id"])
+
+
+def held_attempts(runs, group: str) -> dict:
+    """The run that stands for each attempt_id among a group's runs: one holding the outcome first,
+    then a RUNNING one not ended as a duplicate, then any other (the evaluator's preference)."""
+    def rank(run) -> tuple:
+        tags = run.data.tags
+        return (TAG.OK not in tags, TAG.DUPLICATE_OF in tags, run.info.lifecycle_stage == "deleted",
+                run.info.status != "RUNNING", run.info.start_time or 0, run.info.run_id)
+
+    chosen: dict = {}
+    for run in sorted(runs, key=rank):
+        tags = run.data.tags
+        if tags.get(TAG.GROUP) == group and tags.get(TAG.ATTEMPT_ID):
+            chosen.setdefault(tags[TAG.ATTEMPT_ID], run)
+    return chosen
+
+
 def _send(payload: dict, use_journal: bool) -> str:
     mlflow_client = _client.client(probe=False)
     if use_journal:
         _journal.append(payload)
     try:
         _client.ensure_reachable(mlflow_client.tracking_uri, series=True)
-        run_id = write_payload(mlflow_client, payload, payload.get("run_id"))
+        run_id = write_payload(mlflow_client, payload, payload.get("run_id"), journaled=use_journal)
     except Exception as exc:
         if use_journal and _client.is_unreachable(exc):
             raise AttemptDeferred(payload["attempt_id"], exc) from exc
@@ -245,9 +343,14 @@ def check_parent_runs(parents) -> None:
             raise
 
 
-def write_payload(mlflow_client, payload: dict, run_id: str | None = None) -> str:
+def write_payload(mlflow_client, payload: dict, run_id: str | None = None, *, journaled: bool = False) -> str:
     """Write one checked attempt: create the run with its tags (unless ``run_id``, a run created
-    when the attempt started), one ``log_batch`` of params, metrics and the outcome, terminate."""
+    when the attempt started), one ``log_batch`` of params, metrics and the outcome, terminate
+    (FINISHED when ok, else FAILED, or the payload's ``status``: KILLED for a stopped attempt).
+
+    A ``log_batch`` that fails ends the run FAILED (a crash), unless the store could not be reached
+    and the attempt is ``journaled``: its outcome may have landed (only the answer was lost), and
+    ``sync`` writes it onto this run, so the run is left RUNNING for it rather than shown FAILED."""
     if run_id is None:
         parent = payload["creation_tags"].get(TAG.PARENT)
         if parent:
@@ -259,11 +362,14 @@ def write_payload(mlflow_client, payload: dict, run_id: str | None = None) -> st
     metric_entities, result_tags = entities(result)
     try:
         _client.log_batch(mlflow_client, run_id, params=payload["params"], metrics=metric_entities, tags=result_tags)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+    except BaseException as exc:
+        if not (journaled and isinstance(exc, Exception) and _client.is_unreachable(exc)):
+            with contextlib.suppress(Exception):
+                mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
         raise
     status = RunStatus.FINISHED if payload["ok"] else RunStatus.FAILED
+    if not payload["ok"] and payload.get("status") == "KILLED":
+        status = RunStatus.KILLED
     _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(status)))
     return run_id
 
@@ -305,6 +411,19 @@ class StartedAttempt:
         payload = {**self.payload, "ok": result.ok, "metrics": result.metrics, "step_times_ms": result.step_times_ms,
                    "histories": result.histories, "tags": {**env, **result.tags}, "run_id": self.run_id}
         return _send(payload, self.use_journal)
+
+    def abort(self, failure: str) -> str | None:
+        """End the started attempt as stopped before its outcome (SIGTERM reached its comparison):
+        a failed attempt with ``failure`` as its reason, its run KILLED. Journaled as :meth:`finish`
+        is; its run id, or ``None`` when the server could not be reached (the journal holds it)."""
+        result = _check_result(ok=False, latency_ms=None, quality=None, failure=clip(failure), validity=None,
+                               metrics=None, step_times_ms=None, tags=None)
+        payload = {**self.payload, "ok": False, "metrics": {}, "step_times_ms": [], "histories": {},
+                   "tags": result.tags, "run_id": self.run_id, "status": "KILLED"}
+        try:
+            return _send(payload, self.use_journal)
+        except AttemptDeferred:
+            return None
 
 
 def start_attempt(group: str, arm: str, conditions: dict, *, experiment_name: str | None = None,

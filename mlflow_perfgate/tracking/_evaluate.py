@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import rules
 from ..rules._errors import InputError, PolicyError
-from . import _client, _journal, _report, _views
+from . import _client, _journal, _reconcile, _report, _views
 from ._decision_run import decision_key, decision_target, discard, reparent, wait_for, write_decision
 from ._environment import ENV_MISMATCH_MODES
 from ._group import AttemptView, group_filter, load, load_group
@@ -193,6 +193,13 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     if dry_run:
         result.update(decision_run_id=None, decision_run_url=None, report=None, view_url=None)
         return result
+    # what the UI shows follows what was counted (the rule sync and reap apply too)
+    fixes = _reconcile.reconcile(found.runs, stale_after_s=stale_after_s)
+    result["reconciled_run_ids"] = _reconcile.apply(mlflow_client, fixes)
+    if fixes:
+        result["warnings"].append(f"{len(fixes)} runs of this group were shown otherwise than counted and were ended "
+                                  "as counted: " + "; ".join(f"run {fix.run_id} {fix.status} ({fix.why})"
+                                                             for fix in fixes[:5]))
     same = [run for run in found.decisions if run.data.tags.get(TAG.DECISION_KEY) == result["decision_key"]]
     if same:  # judged before, on exactly these attempts and this policy: the same decision run
         decision_run_id, role = same[-1].info.run_id, "adopt"

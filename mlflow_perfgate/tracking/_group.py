@@ -192,9 +192,10 @@ def attempt_state(tags: dict, status: str, start_time: int, now_ms: int, stale_a
 
 
 def _preference(view: AttemptView) -> tuple:
-    # Among runs of one attempt_id (a retried write), keep the most complete one, an active one first.
+    # Among runs of one attempt_id (a retried write), keep the most complete one, an active one first;
+    # a run ended as a duplicate of another (perfgate.duplicate_of, tracking._reconcile) last of all.
     rank = {"excluded": 0, "ok": 0, "failed": 0, "crashed": 1, "stale": 2, "running": 2}[view.state]
-    return (view.deleted, rank, view.start_time, view.run_id)
+    return (TAG.DUPLICATE_OF in view.tags, view.deleted, rank, view.start_time, view.run_id)
 
 
 @dataclass
@@ -209,12 +210,15 @@ class Group:
             newest first (MLflow ``Run`` objects).
         conflicts: a note for each attempt_id whose runs disagree on the outcome (no retried
             write, a reused id): the failed run counts, the others are dropped as duplicates.
+        runs: every run of the group the search found (MLflow ``Run`` objects), for
+            ``tracking._reconcile``.
     """
 
     attempts: list[AttemptView]
     duplicates: list[str]
     decisions: list
     conflicts: list[str] = field(default_factory=list)
+    runs: list = field(default_factory=list)
 
 
 def load(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float) -> Group:
@@ -253,7 +257,7 @@ def load(group: str, experiment_id: str, mlflow_client, *, stale_after_s: float)
         kept.append(same[0])
         duplicates.extend(v.run_id for v in same[1:])
     kept.sort(key=lambda v: (v.start_time, v.run_id))
-    return Group(kept, duplicates, decisions, conflicts)
+    return Group(kept, duplicates, decisions, conflicts, mine)
 
 
 def _outcome(view: AttemptView) -> tuple:

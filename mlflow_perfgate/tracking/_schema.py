@@ -139,6 +139,10 @@ class TAG:
     #: On an attempt: "true" when ``forget`` excluded it (a mistaken attempt), with the reason.
     EXCLUDED = "perfgate.excluded"
     EXCLUDED_REASON = "perfgate.excluded_reason"
+    #: On an attempt run: the run that holds this attempt's outcome, when this one is a second
+    #: creation of the same attempt (a request sent again after its answer was lost): it was ended
+    #: KILLED and counts for nothing (``tracking._reconcile``).
+    DUPLICATE_OF = "perfgate.duplicate_of"
     #: On a comparison run: why it ended before its decision (KILLED).
     END_REASON = "perfgate.end_reason"
     #: On an attempt (and the ``record --commit-time`` of one): the commit time of its ``revision``
