@@ -270,6 +270,7 @@ def _outcome(result, conditions: dict) -> dict:
         metrics=metrics or None, step_times_ms=list(result.step_times_ms) or None, environment=environment,
         failure_detail=result.failure_detail if not result.ok else None, mem_status=result.mem_status,
         histories=histories or None, contention_status=result.contention_status,
+        **({"torch_state": result.torch_state} if result.torch_state else {}),
     )
 
 
@@ -383,6 +384,7 @@ def compare(
 
     from .workloads import run_attempt, run_interleaved
     from .workloads import interleave as abba
+    from .workloads._interleave import INTERLEAVE_REFUSED
 
     # One runner for the whole comparison: with fork, one warm server for all its attempts.
     active, owned = _runner_for(runner, workload, supervised)
@@ -453,6 +455,9 @@ def compare(
         in_flight.clear()
         for arm, attempt, result in zip(order, started, results):
             report(arm, attempt, result, bar)
+        refused = next((r.failure for r in results if (r.failure or "").startswith(INTERLEAVE_REFUSED)), None)
+        if refused:  # both arms cannot share one process: no round can be valid, so none more is run
+            raise InputError(refused.split(": ", 1)[1])
 
     def run_block(order: list[str], bar) -> None:
         nonlocal next_pair

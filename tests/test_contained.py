@@ -240,7 +240,8 @@ def test_a_workload_module_that_does_not_exist_writes_nothing(how, sqlite_uri, c
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "internal error" not in err
-    assert "cannot import module 'no_such_module_xyz'" in err and "nothing was run or logged" in err
+    assert "no module 'no_such_module_xyz'" in err and "nothing was run or logged" in err
+    assert "PYTHONPATH=" in err  # issue 28: where it looked and the fix
     assert MlflowClient().search_runs([e.experiment_id for e in MlflowClient().search_experiments()]) == []
 
 

@@ -8,6 +8,7 @@ an :class:`~mlflow_perfgate.errors.InputError` naming the field; nothing is trun
 
 from __future__ import annotations
 
+import json
 import math
 import posixpath
 import re
@@ -194,7 +195,8 @@ def _check_histories(histories: Any, metrics: dict[str, float]) -> dict[str, lis
 
 def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, validity: Any,
                   metrics: dict | None, step_times_ms: Any, tags: dict | None, failure_detail: Any = None,
-                  mem_status: Any = None, histories: Any = None, contention_status: Any = None) -> _Result:
+                  mem_status: Any = None, histories: Any = None, contention_status: Any = None,
+                  torch_state: dict | None = None) -> _Result:
     if type(ok) is not bool:
         raise InputError(f"ok must be True or False, got {ok!r}")
     result = _Result(ok=ok)
@@ -270,6 +272,8 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
                                  f"({result.metrics[METRIC.LATENCY]!r}): an attempt's {words} cannot be slower "
                                  "than its typical one; give step_times_ms and it is written from them")
     result.tags.update(_validity_tags(validity))
+    if torch_state:  # a step-interleaved arm's process-wide torch state (workloads._globals), as JSON
+        result.tags[TAG.TORCH_STATE] = clip(json.dumps(torch_state, sort_keys=True, default=str))
     if tags is not None and not isinstance(tags, dict):
         raise InputError(f"tags must be a dict, got {type(tags).__name__}")
     for key, value in (tags or {}).items():

@@ -128,6 +128,10 @@ class TAG:
     #: With them, ``perfgate.look`` and ``perfgate.max_looks`` count attempts per arm; a later
     #: ``evaluate`` judges at the same levels, and ``compare --resume`` goes on spending from there.
     LOOK_PREVIOUS = "perfgate.look_previous_fraction"
+    #: On a step-interleaved attempt: the process-global torch state its steps ran under (threads,
+    #: default dtype, matmul precision, backend flags, ...), JSON, captured after its factory and
+    #: re-applied before each of its steps (``workloads._globals``).
+    TORCH_STATE = "perfgate.torch_state"
     LOOK_SPENT = "perfgate.look_spent_fraction"
     #: ``host|boot id|pid|start ticks`` of the process that runs an attempt or a comparison.
     SUPERVISOR = "perfgate.supervisor"

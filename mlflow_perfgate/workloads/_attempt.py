@@ -75,7 +75,8 @@ class AttemptResult:
             ``invalid_conditions: <message>`` (the factory rejected a condition),
             ``non_finite_loss``, ``non_finite_quality``, ``timeout after <s>s``,
             ``out_of_memory: <Type>: <message>``, ``killed by signal <NAME>``,
-            ``exited with code <n>``, ``exited: sys.exit(<code>) inside the workload`` (a
+            ``exited with code <n>``, ``interleave_refused: <why>`` (step interleaving of arms whose
+            process-wide torch state cannot share one process), ``exited: sys.exit(<code>) inside the workload`` (a
             ``SystemExit`` raised by the workload's code: in-process it must not end the
             caller) or ``attempt server died: <how>`` (the fork runner's server ended while
             the attempt was in flight). ``None`` when ok.
@@ -132,6 +133,9 @@ class AttemptResult:
         threads_note: ``None`` when every measured step ran with ``threads_requested``; else
             what was measured (the workload changed the count, say with
             ``torch.set_num_threads``): ``torch_threads`` is then not the requested count.
+        torch_state: for a step-interleaved attempt, the process-global torch state its steps ran
+            under (captured after its factory, re-applied before each of its steps:
+            ``_globals``); ``None`` for an attempt that had its process to itself.
     """
 
     ok: bool
@@ -170,6 +174,7 @@ class AttemptResult:
     step_order: tuple[int, ...] | None = None
     threads_requested: int | None = None
     threads_note: str | None = None
+    torch_state: dict | None = None
 
     def __post_init__(self) -> None:
         if type(self.ok) is not bool:

@@ -55,11 +55,14 @@ from ._wire import FormatError, read_json, write_json_atomic
 # torch and the modules that need it are imported in the child that runs the pair (the
 # functions before prepare_interleaved_spec); the runner's side imports no torch.
 
-__all__ = ["INTERLEAVED", "execute_interleaved", "pair_results", "prepare_interleaved_spec", "run_interleaved",
+__all__ = ["INTERLEAVED", "INTERLEAVE_REFUSED", "execute_interleaved", "pair_results", "prepare_interleaved_spec", "run_interleaved",
            "run_interleaved_spec", "run_pair", "step_positions"]
 
 #: The spec ``kind`` of a step-interleaved child.
 INTERLEAVED = "interleaved"
+#: The failure of both arms whose process-wide state cannot share one process (``_globals``): the
+#: harness turns it into a refusal of ``--interleave steps``.
+INTERLEAVE_REFUSED = "interleave_refused"
 #: What the memory record of a step-interleaved arm on CUDA says about its measured peak.
 _SHARED_PEAK_NOTE = "measured in a step-interleaved child: the CUDA peak is the process's, both arms' together"
 
@@ -92,6 +95,7 @@ class _Arm:
         self.order: list[int] = []
         self.fields: dict[str, Any] = {}
         self.validity: dict | None = None
+        self.state: dict[str, Any] = {}  # the process-global torch state after its factory (_globals)
 
     @property
     def alive(self) -> bool:
@@ -124,6 +128,7 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
         ``(result of arm A, result of arm B)``, each as :func:`execute_in_process` would give it
         (``supervised=False``), with ``step_order`` and the shared ``wall_s``.
     """
+    from . import _globals
     from ._interface import device_of, make_workload
     from ._timing import pinned_threads, time_steps
 
@@ -131,8 +136,10 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
     deadline = None if timeout_s is None else started + timeout_s
     arms = (_Arm(dict(conditions_a)), _Arm(dict(conditions_b)))
     with pinned_threads(threads) as torch_threads:
+        initial = _globals.capture()
         try:
             for arm in arms:
+                _globals.apply(initial)  # each factory starts from the process's state, not the other's
                 try:
                     arm.workload = make_workload(workload_name, arm.conditions)
                 except ValueError as error:
@@ -147,12 +154,21 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                     arm.fields["tokens_per_step"] = int(tokens) if tokens else None
                 except Exception as error:  # noqa: BLE001
                     arm.fail(error)
+                arm.state = _globals.capture()
             if all(arm.alive for arm in arms) and arms[0].device != arms[1].device:
                 for arm in arms:
                     arm.failure = (f"invalid_conditions: step interleaving runs both arms in one process on one "
                                    f"device; they are on {arms[0].device} and {arms[1].device}")
+            if all(arm.alive for arm in arms):
+                _, fixed = _globals.differences(arms[0].state, arms[1].state)
+                refusal = _globals.per_process_refusal((arms[0].workload, arms[1].workload),
+                                                       (arms[0].conditions, arms[1].conditions), fixed)
+                if refusal:
+                    for arm in arms:
+                        arm.failure, arm.detail = f"{INTERLEAVE_REFUSED}: {refusal}", None
             for arm in arms:
                 if arm.alive:
+                    _globals.apply(arm.state)
                     try:
                         time_steps(arm.workload.step, warmup, device=arm.device, phase="warmup", deadline=deadline,
                                    into=arm.warm)
@@ -162,6 +178,7 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                         arm.stopped(arm.warm, steps, timeout_s)
             _measure(arms, steps, deadline, timeout_s)
             for arm in arms:
+                _globals.apply(arm.state or initial)
                 _finish_arm(arm, workload_name, probe)
         finally:
             for arm in arms:
@@ -176,6 +193,7 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
 
 def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeout_s: float | None) -> None:
     """The measured steps, one at a time in the shared ABBA order; an arm that failed drops out."""
+    from ._globals import apply
     from ._timing import time_steps
 
     if not any(arm.alive for arm in arms):
@@ -185,6 +203,7 @@ def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeou
             arm = arms[0 if which == "a" else 1]
             if not arm.alive:
                 continue
+            apply(arm.state)  # this arm's threads, precision and flags, outside the clock
             done = len(arm.measured.times_ms)
             try:
                 time_steps(arm.workload.step, 1, device=arm.device, deadline=deadline, into=arm.measured,
@@ -240,13 +259,20 @@ def _finish_arm(arm: _Arm, workload_name: str, probe: bool) -> None:
 
 def _result(arm: _Arm, workload_name: str, warmup: int, steps: int, torch_threads: int,
             wall_s: float) -> AttemptResult:
+    from ._attempt import measured_threads
+
     fields = dict(arm.fields)
     if arm.failure is not None:
         # A failed attempt reports no headline figures: they would read as a valid sample.
         for name in ("latency_ms", "quality", "throughput_tok_s", "uncontended_latency_ms"):
             fields.pop(name, None)
+    # the threads this arm's own steps ran with (its state re-applied before each), not the pinned count
+    fields.update(measured_threads(arm.measured.threads, torch_threads,
+                                   arm.state.get("intra_op_threads") or torch_threads))
+    state = {key: list(value) if isinstance(value, tuple) else value for key, value in arm.state.items()
+             if not key.startswith("env:")} or None
     return AttemptResult(ok=arm.failure is None, failure=arm.failure, failure_detail=arm.detail,
-                         validity=arm.validity, torch_threads=torch_threads, wall_s=wall_s, workload=workload_name,
+                         validity=arm.validity, wall_s=wall_s, workload=workload_name, torch_state=state,
                          conditions=dict(arm.conditions), warmup=warmup, steps=steps, supervised=False, **fields)
 
 

@@ -50,3 +50,47 @@ class Shaped:
 
 def shaped(conditions: dict) -> Shaped:
     return Shaped(conditions)
+
+
+class Stateful:
+    """A workload whose factory sets process-wide torch state from its conditions, and whose steps
+    record what they ran under: ``quality()`` is the mean thread count its steps saw, plus 10 when
+    every step ran with float64 as the default dtype.
+
+    Conditions: ``threads_set`` (``torch.set_num_threads``), ``dtype_set`` (``float32`` or
+    ``float64``: ``torch.set_default_dtype``), ``env_set`` (written to ``OMP_WAIT_POLICY``: an
+    environment variable OpenMP reads at start-up, which no step can switch), ``mode`` (declared
+    per-process when ``declare`` is true).
+    """
+
+    tokens_per_step = 1
+
+    def __init__(self, conditions: dict):
+        import os
+
+        import torch
+
+        self.torch = torch
+        if "threads_set" in conditions:
+            torch.set_num_threads(int(conditions["threads_set"]))
+        if "dtype_set" in conditions:
+            torch.set_default_dtype(getattr(torch, str(conditions["dtype_set"])))
+        if "env_set" in conditions:
+            os.environ["OMP_WAIT_POLICY"] = str(conditions["env_set"])
+        if str(conditions.get("declare", "false")).lower() == "true":
+            self.per_process_conditions = ("mode",)
+        self.seen: list[tuple[int, bool]] = []
+
+    def step(self) -> float:
+        torch = self.torch
+        self.seen.append((torch.get_num_threads(), torch.get_default_dtype() == torch.float64))
+        time.sleep(0.002)
+        return 1.0
+
+    def quality(self) -> float:
+        threads = sum(t for t, _ in self.seen) / len(self.seen)
+        return threads + (10.0 if all(f64 for _, f64 in self.seen) else 0.0)
+
+
+def stateful(conditions: dict) -> Stateful:
+    return Stateful(conditions)
