@@ -149,5 +149,6 @@ def test_the_evidence_functions_take_numpy_figures():
     baseline = {"model": "TinyLM", "input_shape": (4, 128), "batch_size": 4, "dtype": "fp32", "device": "cpu",
                 "repeats": 5, "measurement_method": "cpu_wall_training_step_ms", "checkpoint": False}
     plan = design_single_variable_experiment(plain, baseline, {"checkpoint": True})
-    numpy_plan = design_single_variable_experiment(scalar, {**baseline, "batch_size": np.int64(4)}, {"checkpoint": True})
+    numpy_plan = design_single_variable_experiment(scalar, {**baseline, "batch_size": np.int64(4)},
+                                                   {"checkpoint": True})
     assert changed_keys(plan) == changed_keys(numpy_plan) == ["checkpoint"]

@@ -88,8 +88,9 @@ class AttemptView:
         """The specification's attempt record, with those of ``metrics`` the run holds when it is ok.
 
         An ok run's record also carries ``uncontended_latency_ms``, ``fastest_step_ms``,
-        ``step_p10_ms``, ``step_mean_ms`` and ``step_p95_ms`` when the run has them (what a policy's ``latency="uncontended"`` /
-        ``"fastest"`` / ``"p10"`` judges).
+        ``step_p10_ms``, ``step_mean_ms`` and ``step_p95_ms`` when the run has them (what a
+        policy's ``latency="uncontended"`` / ``"fastest"`` / ``"p10"`` judges, and the step
+        figures every latency decision checks).
         """
         if self.state == "ok":
             record = {"ok": True, "latency_ms": self.latency_ms, "quality": self.quality, "run_id": self.run_id}
@@ -150,7 +151,7 @@ def _view(run, now_ms: int, stale_after_s: float) -> AttemptView:
                 f"{METRIC.QUALITY}; log it again with mlflow_perfgate.log_attempt"
             )
         for key in (METRIC.UNCONTENDED_LATENCY, METRIC.FASTEST_STEP, METRIC.STEP_P10, METRIC.STEP_MEAN,
-                        METRIC.STEP_P95):
+                    METRIC.STEP_P95):
             value = _finite_metric(run, key)
             if value is not None and value <= 0:
                 raise InputError(f"run {info.run_id} holds {key}={value!r}; it must be > 0")

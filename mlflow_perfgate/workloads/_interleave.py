@@ -55,8 +55,8 @@ from ._wire import FormatError, read_json, write_json_atomic
 # torch and the modules that need it are imported in the child that runs the pair (the
 # functions before prepare_interleaved_spec); the runner's side imports no torch.
 
-__all__ = ["INTERLEAVED", "INTERLEAVE_REFUSED", "execute_interleaved", "pair_results", "prepare_interleaved_spec", "run_interleaved",
-           "run_interleaved_spec", "run_pair", "step_positions"]
+__all__ = ["INTERLEAVED", "INTERLEAVE_REFUSED", "execute_interleaved", "pair_results", "prepare_interleaved_spec",
+           "run_interleaved", "run_interleaved_spec", "run_pair", "step_positions"]
 
 #: The spec ``kind`` of a step-interleaved child.
 INTERLEAVED = "interleaved"

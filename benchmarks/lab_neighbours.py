@@ -1,0 +1,410 @@
+"""The broadened noise lab: real step-interleaved rounds collected through ``compare`` under
+neighbours unlike the first lab's CPU spinners, judged by each candidate configuration and by
+pyperf's rule on the same attempts.
+
+Neighbour kinds (each started and ended by this script, by PID, each ending itself at its
+horizon or when this script is gone):
+
+- ``quiet``: none;
+- ``membw``: a memory-bandwidth hog (numpy copies between two 64 MiB arrays, far beyond any cache);
+- ``duty``: two duty-cycle spinners (50% on), periods half and twice the workload's step;
+- ``storm``: a storm of short-lived processes (``/bin/true``, about 100 a second);
+- ``drift``: a slow drift of load (a spinner whose duty ramps 0 -> 100% -> 0 over 40 s);
+- ``mix``: the memory-bandwidth hog beside a duty-cycle spinner whose period is the step's.
+
+The workload is TinyLM plus fixed extra matrix products per step (``noise_lab_workload``); a
+true effect is a change of the extra work, sized from a quiet calibration so that the
+candidate's step is ``1 + effect`` times the baseline's. Each (neighbour, effect) cell is one
+``compare --interleave steps --attempts R`` (30 measured steps per arm and round by default);
+its attempts are then judged in windows of ``n`` consecutive rounds, in both modes, by:
+
+- ``paired/raw``: the paired method on the typical step (the median step), the mean step and
+  the step tail (the step checks);
+- ``paired/p10``: the paired method on each attempt's 10th-percentile step, with the step checks;
+- ``robust/raw``, ``seed/raw``: the other methods on the typical step, with the step checks;
+- ``pyperf``: ``pyperf._utils.is_significant`` (Student's two-sample t-test at 95%, as
+  ``compare_to`` uses it) on each attempt's mean step (pyperf's value: time over loops), then
+  the ratio of means against the threshold (improvement) or the margin (non_regression).
+
+Truth per cell: identical arms (``effect = 0``, the arms differ only in TinyLM's seed), true
+speedups of 7% and 15%, true slowdowns of 7% and 15%. Rates: accept in improvement mode (a
+false accept for identical arms and slowdowns), reject in non_regression mode (a false alarm for
+identical arms and speedups). Windows overlap (stride 1), so neighbouring windows share rounds:
+read the rates as what a user running ``n`` rounds at a random moment would see, with the
+uncertainty of ``R - n + 1`` correlated windows.
+
+Usage (the machine otherwise idle; about 1 s a round on two cores):
+
+    .venv/bin/python benchmarks/lab_neighbours.py --rounds 30 --out lab.json
+    .venv/bin/python benchmarks/lab_neighbours.py --from-json lab.json    # judge again, measure nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
+
+WORKLOAD = "noise_lab_workload:make"
+KINDS = ("quiet", "membw", "duty", "storm", "drift", "mix")
+EFFECTS = (0.0, -0.07, -0.15, 0.07, 0.15)
+SIZES = (5, 10, 20)
+MIN_IMPROVEMENT = 0.05
+MARGIN = 0.05
+CONFIGS = ("paired/raw", "paired/p10", "robust/raw", "seed/raw", "pyperf")
+
+_NEIGHBOUR = r"""
+import os, sys, time
+kind, horizon, parent = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+args = [float(a) for a in sys.argv[4:]]
+end = time.monotonic() + horizon
+
+def alive():
+    return time.monotonic() < end and os.getppid() == parent
+
+def spin(seconds):
+    t = time.monotonic()
+    while time.monotonic() - t < seconds:
+        pass
+
+if kind == "membw":
+    import numpy as np
+    a = np.ones(8 * 1024 * 1024)  # 64 MiB of float64
+    b = np.empty_like(a)
+    while alive():
+        np.copyto(b, a)
+        np.copyto(a, b)
+elif kind == "duty":
+    period, duty = args
+    while alive():
+        spin(period * duty)
+        time.sleep(period * (1 - duty))
+elif kind == "storm":
+    import subprocess
+    rate = args[0]
+    while alive():
+        subprocess.run(["/bin/true"])
+        time.sleep(1 / rate)
+elif kind == "drift":
+    period = args[0]
+    t0 = time.monotonic()
+    while alive():
+        phase = ((time.monotonic() - t0) % period) / period
+        duty = 1 - abs(2 * phase - 1)
+        spin(0.02 * duty)
+        time.sleep(0.02 * (1 - duty))
+"""
+
+
+def neighbour_plan(kind: str, step_s: float) -> list[tuple]:
+    """The neighbour processes of a kind: ``(name, *arguments)`` each."""
+    return {
+        "quiet": [],
+        "membw": [("membw",)],
+        "duty": [("duty", step_s / 2, 0.5), ("duty", 2 * step_s, 0.5)],
+        "storm": [("storm", 100.0)],
+        "drift": [("drift", 40.0)],
+        "mix": [("membw",), ("duty", step_s, 0.5)],
+    }[kind]
+
+
+class Neighbours:
+    """Start the neighbours of a plan; end them by PID on exit (each also ends at its horizon)."""
+
+    def __init__(self, plan: list[tuple], horizon_s: float):
+        self.plan, self.horizon_s = plan, horizon_s
+        self.processes: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "Neighbours":
+        for name, *arguments in self.plan:
+            self.processes.append(subprocess.Popen(
+                [sys.executable, "-c", _NEIGHBOUR, name, str(self.horizon_s), str(os.getpid()),
+                 *map(str, arguments)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(1.0 if self.plan else 0.0)  # on the run queues before the first round
+        return self
+
+    def check(self) -> None:
+        for process in self.processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"neighbour {process.pid} ended early (exit {process.returncode})")
+
+    def __exit__(self, *exc_info) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+        for process in self.processes:
+            process.wait(timeout=10)
+        self.processes = []
+
+
+def loadavg() -> float:
+    with open("/proc/loadavg") as handle:
+        return float(handle.read().split()[0])
+
+
+def base_conditions(args) -> dict:
+    from mlflow_perfgate.harness import DEFAULT_CONDITIONS
+
+    return {**DEFAULT_CONDITIONS, "input_shape": args.input_shape, "warmup": args.warmup, "steps": args.steps}
+
+
+def calibrate(args) -> dict:
+    """Quiet: TinyLM's step, and the cost of one unit of extra work (fork runner, one warm server)."""
+    from mlflow_perfgate.workloads import attempt_runner, run_attempt
+
+    conditions = base_conditions(args)
+    plain, loaded = [], []
+    with attempt_runner("fork", WORKLOAD) as runner:
+        for _ in range(args.calibration_rounds):
+            plain.append(run_attempt(WORKLOAD, {**conditions, "extra_units": 0}, runner=runner).latency_ms)
+            loaded.append(run_attempt(WORKLOAD, {**conditions, "extra_units": args.probe_units},
+                                      runner=runner).latency_ms)
+    step_ms = statistics.median(plain)
+    unit_ms = statistics.median(l - p for p, l in zip(plain, loaded)) / args.probe_units
+    if not unit_ms > 0:
+        raise RuntimeError(f"the extra work did not show (unit cost {unit_ms!r} ms): calibrate on a quieter moment")
+    base_units = max(1, round(step_ms / unit_ms))  # the baseline's extra work about one TinyLM step
+    return {"step_ms": step_ms, "unit_ms": unit_ms, "base_units": base_units,
+            "base_step_ms": step_ms + base_units * unit_ms}
+
+
+def candidate_units(effect: float, calibration: dict) -> int:
+    """Extra units that make the candidate's step ``1 + effect`` times the baseline's."""
+    return max(0, round(calibration["base_units"] + effect * calibration["base_step_ms"] / calibration["unit_ms"]))
+
+
+def collect(args, calibration: dict) -> list[dict]:
+    """One ``compare`` per (neighbour kind, effect), its attempts as rows."""
+    import mlflow
+
+    from mlflow_perfgate.harness import compare
+
+    store = tempfile.mkdtemp(prefix="lab-neighbours-")
+    mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
+    conditions = {**base_conditions(args), "extra_units": calibration["base_units"]}
+    step_s = calibration["base_step_ms"] / 1e3
+    rows = []
+    for kind in args.kinds:
+        horizon = 60 + len(args.effects) * args.rounds * 4 * (2 * args.steps * step_s + 0.5)
+        with Neighbours(neighbour_plan(kind, step_s), horizon) as hood:
+            for effect in args.effects:
+                change = {"seed": 1} if effect == 0 else {"extra_units": candidate_units(effect, calibration)}
+                before, started = loadavg(), time.monotonic()
+                result = compare(WORKLOAD, conditions, change, attempts=args.rounds, progress=False,
+                                 interleave="steps", method="paired", group=f"lab-{kind}-{effect:+.2f}",
+                                 env_mismatch="ignore", runner="fork")
+                hood.check()
+                wall_s, after = time.monotonic() - started, loadavg()
+                print(f"{kind:6} effect {effect:+.2f}: {args.rounds} rounds in {wall_s:.0f} s, load "
+                      f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
+                for attempt in result["attempts"]:
+                    if attempt.get("state") != "ok":
+                        rows.append({"kind": kind, "effect": effect, "arm": attempt["arm"], "ok": False,
+                                     "pair": attempt.get("pair"), "wall_s": wall_s, "load": (before + after) / 2})
+                        continue
+                    rows.append({"kind": kind, "effect": effect, "arm": attempt["arm"], "ok": True,
+                                 "pair": attempt.get("pair"), "wall_s": wall_s, "load": (before + after) / 2,
+                                 **{key: attempt.get(key) for key in ("latency_ms", "step_p10_ms", "fastest_step_ms",
+                                                                      "step_mean_ms", "step_p95_ms")}})
+    return rows
+
+
+def _records(rows: list[dict]) -> list[dict]:
+    """Attempt records for the rules: every figure, one quality (the arms differ in seed, not in quality)."""
+    out = []
+    for row in rows:
+        if not row["ok"]:
+            out.append({"ok": False, "failure": "failed", "pair": row["pair"]})
+            continue
+        out.append({"ok": True, "quality": 0.9, "pair": row["pair"],
+                    **{key: row[key] for key in ("latency_ms", "step_p10_ms", "fastest_step_ms", "step_mean_ms",
+                                                 "step_p95_ms") if row.get(key) is not None}})
+    return out
+
+
+def pyperf_verdict(base: list[float], cand: list[float], mode: str) -> str:
+    """pyperf's rule (``pyperf._utils.is_significant``, as ``compare_to`` uses it), as accept / reject / rerun."""
+    from pyperf._utils import is_significant
+
+    if len(base) < 2 or len(cand) < 2:
+        return "rerun"
+    try:
+        significant, _ = is_significant(base, cand)
+    except ZeroDivisionError:  # all-equal samples: pyperf's own code raises; it then calls it significant
+        significant = True
+    if not significant:
+        return "rerun"
+    ratio = statistics.fmean(cand) / statistics.fmean(base)
+    if mode == "improvement":
+        return "accept" if ratio <= 1 - MIN_IMPROVEMENT else "reject"
+    return "reject" if ratio > 1 + MARGIN else "accept"
+
+
+def judge(config: str, base: list[dict], cand: list[dict], mode: str) -> str:
+    from mlflow_perfgate.rules import Policy, judge as rules_judge
+
+    if config == "pyperf":
+        return pyperf_verdict([r["step_mean_ms"] for r in base if r["ok"]],
+                              [r["step_mean_ms"] for r in cand if r["ok"]], mode)
+    method, latency = config.split("/")
+    policy = Policy(method=method, mode=mode, latency=latency, margin=MARGIN, min_improvement=MIN_IMPROVEMENT,
+                    min_valid_runs=min(5, len(base)))
+    return rules_judge(base, cand, policy).verdict
+
+
+def analyse(rows: list[dict], sizes, configs=CONFIGS) -> dict:
+    """Rates per (kind, effect, n, config, mode), the within-round spread of identical arms, the load seen."""
+    cells = defaultdict(list)
+    for row in rows:
+        cells[(row["kind"], row["effect"])].append(row)
+    rates, spread, load, wall = {}, {}, {}, {}
+    for (kind, effect), cell_rows in sorted(cells.items()):
+        by_pair = defaultdict(dict)
+        for row, record in zip(cell_rows, _records(cell_rows)):
+            by_pair[row["pair"]][row["arm"]] = record
+        pairs = sorted(p for p, arms in by_pair.items() if len(arms) == 2)
+        load[(kind, effect)] = statistics.fmean(r["load"] for r in cell_rows)
+        wall[(kind, effect)] = cell_rows[0]["wall_s"]
+        if effect == 0:
+            for key in ("latency_ms", "step_p10_ms", "step_mean_ms", "step_p95_ms"):
+                d = [math.log(by_pair[p]["candidate"][key] / by_pair[p]["baseline"][key]) for p in pairs
+                     if by_pair[p]["candidate"]["ok"] and by_pair[p]["baseline"]["ok"]]
+                spread[(kind, key)] = statistics.stdev(d) if len(d) > 1 else None
+        for n in sizes:
+            windows = [pairs[i:i + n] for i in range(0, len(pairs) - n + 1)]
+            for config in configs:
+                for mode in ("improvement", "non_regression"):
+                    verdicts = [judge(config, [by_pair[p]["baseline"] for p in w], [by_pair[p]["candidate"] for p in w],
+                                      mode) for w in windows]
+                    wanted = "accept" if mode == "improvement" else "reject"
+                    rates[(kind, effect, n, config, mode)] = (
+                        (sum(v == wanted for v in verdicts) / len(verdicts)) if verdicts else None, len(verdicts))
+    return {"rates": rates, "spread": spread, "load": load, "wall": wall}
+
+
+TARGETS = (
+    # (label, effect, n, mode, direction, bound)
+    ("identical falsely accepted <= 2%", 0.0, None, "improvement", "max", 0.02),
+    ("identical falsely alarmed <= 5%", 0.0, None, "non_regression", "max", 0.05),
+    ("15% speedup accepted >= 80%, n=10", -0.15, 10, "improvement", "min", 0.80),
+    ("7% speedup accepted >= 80%, n=20", -0.07, 20, "improvement", "min", 0.80),
+    ("15% slowdown rejected >= 80%, n=10", 0.15, 10, "non_regression", "min", 0.80),
+    ("7% slowdown never accepted", 0.07, None, "improvement", "max", 0.0),
+    ("15% slowdown never accepted", 0.15, None, "improvement", "max", 0.0),
+)
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def report(found: dict, kinds, sizes, configs=CONFIGS) -> str:
+    rates, lines = found["rates"], []
+    effects = sorted({effect for (_, effect, _, _, _) in rates})
+    lines.append("## Rates (accept in improvement mode / reject in non_regression mode; windows in brackets)\n")
+    for kind in kinds:
+        seen = [found["load"][(kind, e)] for e in effects if (kind, e) in found["load"]]
+        walls = [found["wall"][(kind, e)] for e in effects if (kind, e) in found["wall"]]
+        lines.append(f"### {kind} (1-minute load average seen {min(seen):.2f} to {max(seen):.2f}; "
+                     f"{statistics.fmean(walls):.0f} s a cell)\n")
+        lines.append("| effect | n | " + " | ".join(configs) + " |")
+        lines.append("|---|---|" + "---|" * len(configs))
+        for effect in effects:
+            for n in sizes:
+                cells = []
+                for config in configs:
+                    acc = rates.get((kind, effect, n, config, "improvement"), (None, 0))
+                    rej = rates.get((kind, effect, n, config, "non_regression"), (None, 0))
+                    cells.append(f"{_pct(acc[0])} / {_pct(rej[0])} [{acc[1]}]")
+                lines.append(f"| {effect:+.2f} | {n} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append("## Within-round spread of identical arms (sd of the log ratio)\n")
+    lines.append("| kind | typical step | p10 step | mean step | step P95 |")
+    lines.append("|---|---|---|---|---|")
+    for kind in kinds:
+        values = [found["spread"].get((kind, key)) for key in ("latency_ms", "step_p10_ms", "step_mean_ms",
+                                                               "step_p95_ms")]
+        lines.append(f"| {kind} | " + " | ".join("n/a" if v is None else f"{v:.3f}" for v in values) + " |")
+    lines.append("\n## Targets (worst cell over the neighbour kinds; the kind that sets it)\n")
+    lines.append("| target | " + " | ".join(configs) + " |")
+    lines.append("|---|" + "---|" * len(configs))
+    for label, effect, n, mode, direction, bound in TARGETS:
+        cells = []
+        for config in configs:
+            worst = None
+            for kind in kinds:
+                for size in ([n] if n else sizes):
+                    value = rates.get((kind, effect, size, config, mode), (None, 0))[0]
+                    if value is None:
+                        continue
+                    if worst is None or (value > worst[0] if direction == "max" else value < worst[0]):
+                        worst = (value, kind, size)
+            if worst is None:
+                cells.append("n/a")
+            else:
+                ok = worst[0] <= bound if direction == "max" else worst[0] >= bound
+                cells.append(f"{'ok' if ok else 'MISS'} {_pct(worst[0])} ({worst[1]}, n={worst[2]})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("\n## Power against pyperf (cells where a configuration's rate is below pyperf's)\n")
+    for config in configs[:-1]:
+        below = []
+        for (kind, effect, n, cfg, mode), (value, _) in rates.items():
+            if cfg != config or effect == 0 or value is None:
+                continue
+            wanted = (effect < 0 and mode == "improvement") or (effect > 0 and mode == "non_regression")
+            reference = rates.get((kind, effect, n, "pyperf", mode), (None, 0))[0]
+            if wanted and reference is not None and value < reference:
+                below.append(f"{kind} {effect:+.2f} n={n} {mode}: {_pct(value)} < {_pct(reference)}")
+        lines.append(f"- {config}: {len(below)} cells below pyperf"
+                     + (": " + "; ".join(sorted(below)) if below else ""))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--input-shape", default="4,128")
+    parser.add_argument("--kinds", type=lambda t: t.split(","), default=list(KINDS))
+    parser.add_argument("--effects", type=lambda t: [float(x) for x in t.split(",")], default=list(EFFECTS))
+    parser.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")], default=list(SIZES))
+    parser.add_argument("--calibration-rounds", type=int, default=5)
+    parser.add_argument("--probe-units", type=int, default=40)
+    parser.add_argument("--out", default=None, help="write the collected rows and the calibration as JSON")
+    parser.add_argument("--from-json", default=None, help="judge an earlier collection; measure nothing")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as handle:
+            saved = json.load(handle)
+        rows, calibration = saved["rows"], saved["calibration"]
+        kinds = [k for k in args.kinds if any(r["kind"] == k for r in rows)]
+    else:
+        started = time.monotonic()
+        calibration = calibrate(args)
+        print(f"calibration: {json.dumps(calibration)}", file=sys.stderr)
+        rows = collect(args, calibration)
+        kinds = args.kinds
+        print(f"collected {len(rows)} attempts in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        if args.out:
+            with open(args.out, "w") as handle:
+                json.dump({"calibration": calibration, "rows": rows, "args": vars(args)}, handle)
+    print(f"calibration: TinyLM step {calibration['step_ms']:.2f} ms, unit {calibration['unit_ms']:.4f} ms, "
+          f"baseline step {calibration['base_step_ms']:.2f} ms ({calibration['base_units']} units)")
+    print(report(analyse(rows, args.sizes), kinds, args.sizes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
