@@ -37,11 +37,15 @@ Usage (the machine otherwise idle; about 1 s a round on two cores):
 
     .venv/bin/python benchmarks/lab_neighbours.py --rounds 30 --out lab.json
     .venv/bin/python benchmarks/lab_neighbours.py --from-json lab.json    # judge again, measure nothing
+
+The run the README cites is kept, gzipped, as ``benchmarks/results/lab_neighbours-threads1.json.gz``
+(its report beside it, ``.md``).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -71,7 +75,13 @@ args = [float(a) for a in sys.argv[4:]]
 end = time.monotonic() + horizon
 
 def alive():
-    return time.monotonic() < end and os.getppid() == parent
+    if time.monotonic() >= end:
+        print("horizon reached", file=sys.stderr)
+        return False
+    if os.getppid() != parent:
+        print(f"parent {parent} gone (now {os.getppid()})", file=sys.stderr)
+        return False
+    return True
 
 def spin(seconds):
     t = time.monotonic()
@@ -127,17 +137,23 @@ class Neighbours:
         self.processes: list[subprocess.Popen] = []
 
     def __enter__(self) -> "Neighbours":
+        self.logs = []
         for name, *arguments in self.plan:
+            log = tempfile.TemporaryFile()
+            self.logs.append(log)
             self.processes.append(subprocess.Popen(
                 [sys.executable, "-c", _NEIGHBOUR, name, str(self.horizon_s), str(os.getpid()),
-                 *map(str, arguments)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                 *map(str, arguments)], stdout=subprocess.DEVNULL, stderr=log))
         time.sleep(1.0 if self.plan else 0.0)  # on the run queues before the first round
         return self
 
     def check(self) -> None:
-        for process in self.processes:
+        for process, log, (name, *_) in zip(self.processes, self.logs, self.plan):
             if process.poll() is not None:
-                raise RuntimeError(f"neighbour {process.pid} ended early (exit {process.returncode})")
+                log.seek(0)
+                said = log.read().decode(errors="replace").strip().splitlines()[-3:]
+                raise RuntimeError(f"neighbour {name} ({process.pid}) ended early (exit {process.returncode})"
+                                   + (f": {' / '.join(said)}" if said else ""))
 
     def __exit__(self, *exc_info) -> None:
         for process in self.processes:
@@ -145,7 +161,9 @@ class Neighbours:
                 process.kill()
         for process in self.processes:
             process.wait(timeout=10)
-        self.processes = []
+        for log in self.logs:
+            log.close()
+        self.processes, self.logs = [], []
 
 
 def loadavg() -> float:
@@ -167,9 +185,10 @@ def calibrate(args) -> dict:
     plain, loaded = [], []
     with attempt_runner("fork", WORKLOAD) as runner:
         for _ in range(args.calibration_rounds):
-            plain.append(run_attempt(WORKLOAD, {**conditions, "extra_units": 0}, runner=runner).latency_ms)
+            plain.append(run_attempt(WORKLOAD, {**conditions, "extra_units": 0}, runner=runner,
+                                     threads=args.threads).latency_ms)
             loaded.append(run_attempt(WORKLOAD, {**conditions, "extra_units": args.probe_units},
-                                      runner=runner).latency_ms)
+                                      runner=runner, threads=args.threads).latency_ms)
     step_ms = statistics.median(plain)
     unit_ms = statistics.median(l - p for p, l in zip(plain, loaded)) / args.probe_units
     if not unit_ms > 0:
@@ -192,18 +211,18 @@ def collect(args, calibration: dict) -> list[dict]:
 
     store = tempfile.mkdtemp(prefix="lab-neighbours-")
     mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
-    conditions = {**base_conditions(args), "extra_units": calibration["base_units"]}
+    conditions = {**base_conditions(args), "extra_units": calibration["base_units"], "seed": 0}
     step_s = calibration["base_step_ms"] / 1e3
     rows = []
     for kind in args.kinds:
-        horizon = 60 + len(args.effects) * args.rounds * 4 * (2 * args.steps * step_s + 0.5)
+        horizon = 600 + len(args.effects) * args.rounds * 20 * (2 * args.steps * step_s + 0.5)
         with Neighbours(neighbour_plan(kind, step_s), horizon) as hood:
             for effect in args.effects:
                 change = {"seed": 1} if effect == 0 else {"extra_units": candidate_units(effect, calibration)}
                 before, started = loadavg(), time.monotonic()
                 result = compare(WORKLOAD, conditions, change, attempts=args.rounds, progress=False,
                                  interleave="steps", method="paired", group=f"lab-{kind}-{effect:+.2f}",
-                                 env_mismatch="ignore", runner="fork")
+                                 env_mismatch="ignore", runner="fork", threads=args.threads)
                 hood.check()
                 wall_s, after = time.monotonic() - started, loadavg()
                 print(f"{kind:6} effect {effect:+.2f}: {args.rounds} rounds in {wall_s:.0f} s, load "
@@ -381,12 +400,16 @@ def main(argv=None) -> int:
     parser.add_argument("--effects", type=lambda t: [float(x) for x in t.split(",")], default=list(EFFECTS))
     parser.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")], default=list(SIZES))
     parser.add_argument("--calibration-rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of every attempt (1: with 2 on a 2-core machine beside busy neighbours, "
+                             "torch's threads wait on each other for the CPU and a round took 200 s instead of 1)")
     parser.add_argument("--probe-units", type=int, default=40)
     parser.add_argument("--out", default=None, help="write the collected rows and the calibration as JSON")
     parser.add_argument("--from-json", default=None, help="judge an earlier collection; measure nothing")
     args = parser.parse_args(argv)
     if args.from_json:
-        with open(args.from_json) as handle:
+        opener = gzip.open if args.from_json.endswith(".gz") else open
+        with opener(args.from_json, "rt") as handle:
             saved = json.load(handle)
         rows, calibration = saved["rows"], saved["calibration"]
         kinds = [k for k in args.kinds if any(r["kind"] == k for r in rows)]
