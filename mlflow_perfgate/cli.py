@@ -749,12 +749,16 @@ _INTERLEAVE = click.option(
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Per-arm cap for --until-decisive.")
 @click.option("--resume", is_flag=True, help="Add to a group that already holds attempts (a re-run), reusing its "
               "comparison run; without it such a group is refused.")
+@click.option("--allow-undecidable", is_flag=True,
+              help="Run even when the attempts planned are below --min-valid-runs or below the fewest with which the "
+                   "method can accept (refused by default: such a comparison cannot mean anything).")
 @decision_options
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
 def compare(workload, sets, change, allow_empty, attempts, group, experiment, timeout_s, threads, in_process, runner,
-            interleave, until_decisive, max_attempts, resume, output_format, no_progress, **kwargs):
+            interleave, until_decisive, max_attempts, resume, allow_undecidable, output_format, no_progress,
+            **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     conditions = _conditions(sets, allow_empty)
     change = parse_assignments((change,), "--change", allow_empty=allow_empty)
@@ -768,7 +772,7 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
         experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s, runner=runner,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
         resume=resume, interleave=interleave, parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None,
-        **options,  # nested under `mlflow run`
+        allow_undecidable=allow_undecidable, **options,  # nested under `mlflow run`
     )
     print_decision(result, output_format)
     exit_for(result)

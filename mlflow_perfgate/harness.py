@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -31,6 +32,7 @@ __all__ = [
     "diagnose",
     "candidate_change_for",
     "check_change_reached_workload",
+    "check_quality_gate_can_fail",
     "compare_command",
     "require_fixed_conditions",
 ]
@@ -171,11 +173,33 @@ def check_change_reached_workload(variable: str, baseline: dict | None, candidat
     value, the factory ignored the condition: every attempt would measure the same workload twice.
     A variable ``describe()`` does not report is not checked (TinyLM's ``checkpoint``, say).
 
+    Where the factory's reads were noted (``read_conditions``, see
+    :mod:`mlflow_perfgate.workloads._reads`; the Hugging Face adapter notes its factory's and its
+    own), a changed variable that neither arm's factory looked up is refused the same way, for
+    every adapter: a misspelt key (``--change chekpoint=true``) or one the factory never reads
+    (``attn=sdpa`` where it builds its config without it). The conditions the runner itself
+    reads (the fixed ones, ``steps``, ``warmup``) reach the measurement whatever the factory does.
+
     Raises:
         SingleVariableError: the factory ignored the changed variable.
     """
     if not isinstance(baseline, dict) or not isinstance(candidate, dict):
         return
+    from .rules._experiment import FIXED_CONDITIONS
+
+    read_b, read_c = baseline.get("read_conditions"), candidate.get("read_conditions")
+    if (variable not in FIXED_CONDITIONS and variable not in ("steps", "warmup")
+            and isinstance(read_b, list) and isinstance(read_c, list)
+            and variable not in read_b and variable not in read_c):
+        import difflib
+
+        read = sorted(set(read_b) | set(read_c))
+        close = difflib.get_close_matches(variable, read, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SingleVariableError(
+            f"the workload's factory never read the changed variable {variable!r}{hint}: it looked up only "
+            f"{read}, so baseline and candidate are the same workload. Change a condition the factory reads, "
+            "or read this one in the factory (mlflow_perfgate.workloads.flag, integer, number, shape or choice)")
     if variable not in baseline and variable not in candidate:
         return
     from .tracking import canonical_value
@@ -206,6 +230,29 @@ class _ChangeWitness:
         if len(self.described) == 2:
             self.done = True
             check_change_reached_workload(self.variable, self.described["baseline"], self.described["candidate"])
+
+
+def check_quality_gate_can_fail(quality: Any, quality_tolerance: float) -> None:
+    """The quality check can fail at the baseline's quality: the tolerance is below the quality itself.
+
+    ``quality_ok`` fails when the candidate's quality is below the baseline's less
+    ``quality_tolerance`` (an absolute drop, as the specification has it). With a baseline quality
+    of 0.004 (a random-weight model) and the default tolerance of 0.01, only a quality below zero
+    could fail it: for a probability, an accuracy or ``exp(-loss)`` the gate would pass anything.
+    Called on the first successful baseline attempt of a comparison.
+
+    Raises:
+        InputError: the baseline's quality is positive and at most the tolerance.
+    """
+    if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not math.isfinite(quality):
+        return
+    if 0 < quality <= quality_tolerance:
+        raise InputError(
+            f"quality_tolerance {quality_tolerance:g} is at least the baseline's quality {quality:.3g}: the quality "
+            "check would pass a candidate whose quality fell to zero, so it could not fail; pass a "
+            f"--quality-tolerance below {quality:.3g} (an absolute drop: {quality / 10:.2g} allows 10%), give the "
+            "workload a quality that is not near zero (train it first, or load trained weights), or pass "
+            "--allow-undecidable to run it anyway")
 
 
 def _validated_change(base: dict, change: dict, hypothesis: str) -> tuple[str, Any]:
@@ -327,6 +374,7 @@ def compare(
     parent_run_id: str | None = None,
     resume: bool = False,
     interleave: str = "attempts",
+    allow_undecidable: bool = False,
     **evaluate_kwargs: Any,
 ) -> dict:
     """Run baseline and candidate attempts interleaved (ABBA) under a comparison run, then decide.
@@ -361,6 +409,10 @@ def compare(
             limit is twice ``timeout_s``. Both arms must live in one process: the same workload
             and device, warmup and steps (refused before anything runs otherwise, as is the
             memory objective on CUDA, where the arms share one allocator).
+        allow_undecidable: run a comparison that cannot mean anything all the same (to check a
+            pipeline): by default a new group planned below ``min_valid_runs`` attempts per arm,
+            or below the fewest with which its method can accept, is refused before anything
+            runs (an :class:`InputError` saying how many are needed).
         **evaluate_kwargs: thresholds and options for ``evaluate_group``.
 
     Returns:
@@ -408,7 +460,17 @@ def compare(
             policy, max_attempts if until_decisive else attempts,
             looks_for=(lambda most: _look_positions(attempts, most)) if until_decisive else None)
         spent = _spent_before(held, resume, until_decisive, attempts, max_attempts, group) if resume else 0.0
-        if too_few:  # a warning, not progress: said with --no-progress too
+        most = max_attempts if until_decisive else attempts
+        if not held["attempts"] and not allow_undecidable:  # a comparison that cannot mean anything: refused
+            if most < policy.min_valid_runs:
+                raise InputError(
+                    f"{most} attempt{'' if most == 1 else 's'} per arm can never reach min_valid_runs="
+                    f"{policy.min_valid_runs}: the answer would be rerun (insufficient_valid_runs) whatever they "
+                    f"measure; pass {'--max-attempts' if until_decisive else '--attempts'} {policy.min_valid_runs} or "
+                    "more, a lower --min-valid-runs, or --allow-undecidable to run it anyway; nothing was run or logged")
+            if too_few:
+                raise InputError(f"{too_few}; or pass --allow-undecidable to run it anyway; nothing was run or logged")
+        if too_few:  # allowed: a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
         if planned is not None:
             if progress:
@@ -431,11 +493,16 @@ def compare(
     deferred: list[str] = []  # attempts kept in the journal while the server was down
     in_flight: list = []  # the started attempts whose outcome is not known yet (ended KILLED if compare stops)
     witness = _ChangeWitness(variable)  # the factory must not ignore the change (checked once per arm)
+    quality_seen = allow_undecidable  # the quality gate must be able to fail (checked on the first baseline)
 
     def report(arm: str, started, result, bar) -> None:
+        nonlocal quality_seen
         if _finish(started, result, arms[arm]) is None:
             deferred.append(started.attempt_id)
         witness.see(arm, result)
+        if not quality_seen and arm == "baseline" and result.ok:
+            quality_seen = True
+            check_quality_gate_can_fail(result.quality, policy.quality_tolerance)
         if on_attempt is not None:
             on_attempt(arm, result)
         bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")

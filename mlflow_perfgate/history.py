@@ -188,7 +188,7 @@ def bisect(good: str, bad: str, *, workload: str, conditions: dict, attempts: in
                          group=group, experiment_name=experiment_name, supervised=supervised, timeout_s=timeout_s,
                          runner=runner, until_decisive=max_attempts is not None, max_attempts=max_attempts,
                          progress=progress, method=method, mode="non_regression", margin=margin,
-                         resume=True, **thresholds)
+                         resume=True, allow_undecidable=True, **thresholds)  # bisect's own floors, said by it
         verdict = _VERDICT[result["decision"]]
         steps.append({"revision": rev, "decision": result["decision"], "verdict": verdict, "group": group,
                       "decision_run_id": result["decision_run_id"], "reused": False})

@@ -74,16 +74,16 @@ def servers(monkeypatch):
 def test_compare_runs_its_attempts_through_one_warm_server_closed_at_the_end(sqlite_uri, servers):
     seen = []
     result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False, timeout_s=60,
-                     min_valid_runs=2, on_attempt=lambda arm, attempt: seen.append(attempt.runner))
+                     min_valid_runs=2, on_attempt=lambda arm, attempt: seen.append(attempt.runner), allow_undecidable=True)
     assert seen == ["fork"] * 4 and result["baseline"]["valid_runs"] == 2
     assert len(servers) == 1 and servers[0].process.poll() is not None
     # Interrupted after its first attempt, the comparison still closes its server.
     with pytest.raises(KeyboardInterrupt):
         compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False, timeout_s=60,
-                on_attempt=lambda arm, attempt: (_ for _ in ()).throw(KeyboardInterrupt()))
+                on_attempt=lambda arm, attempt: (_ for _ in ()).throw(KeyboardInterrupt()), allow_undecidable=True)
     assert len(servers) == 2 and servers[1].process.poll() is not None
     with pytest.raises(ValueError, match="runner must be one of"):
-        compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=1, progress=False, runner="thread")
+        compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=1, progress=False, runner="thread", allow_undecidable=True)
 
 
 @pytest.mark.slow
@@ -205,7 +205,7 @@ def test_compare_interleave_steps_pairs_one_attempt_per_arm_per_child(sqlite_uri
     seen = []
     result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False,
                      timeout_s=60, min_valid_runs=2, interleave="steps", runner=runner, method="paired",
-                     on_attempt=lambda arm, attempt: seen.append((arm, attempt)))
+                     on_attempt=lambda arm, attempt: seen.append((arm, attempt)), allow_undecidable=True)
     # one child per round: the arm that leads alternates (ABBA over rounds), both share the child's wall time
     assert [arm for arm, _ in seen] == ["baseline", "candidate", "candidate", "baseline"]
     assert [a.step_order for _, a in seen] == [(0, 3), (1, 2), (0, 3), (1, 2)]
@@ -224,7 +224,7 @@ def test_compare_interleave_steps_pairs_one_attempt_per_arm_per_child(sqlite_uri
 
 def test_compare_says_first_when_its_method_cannot_decide_with_so_few_attempts(sqlite_uri, capsys):
     result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False,
-                     supervised=False, min_valid_runs=2, interleave="steps", method="paired")
+                     supervised=False, min_valid_runs=2, interleave="steps", method="paired", allow_undecidable=True)
     err = capsys.readouterr().err  # said without progress too: CI runs with --no-progress
     assert ("warning: the paired method cannot accept with 2 attempts per arm: at alpha = 0.02 its signed-rank "
             "test needs at least 6 complete ABBA rounds (2 give a smallest p-value of 1/4), so this comparison can "
@@ -240,7 +240,7 @@ def test_evaluate_judges_a_sequential_comparison_s_group_at_the_look_it_reached(
     """
     result = compare("tinylm", {**TINY, "checkpoint": True}, {"checkpoint": False}, attempts=3, supervised=False,
                      progress=False, min_valid_runs=2, env_mismatch="warn", method="paired", until_decisive=True,
-                     max_attempts=5, group="seq")
+                     max_attempts=5, group="seq", allow_undecidable=True)
     tags = MlflowClient().get_run(result["comparison_run_id"]).data.tags
     look = int(tags[TAG.LOOK])
     assert tags[TAG.MAX_LOOKS] == "5" and look in (3, 5)
@@ -326,7 +326,8 @@ def test_interleave_steps_is_refused_before_anything_runs_when_the_arms_cannot_s
 def test_resume_goes_on_spending_alpha_from_the_looks_recorded_on_the_group(sqlite_uri, capsys):
     """compare --resume of a sequential group spends only what its recorded looks left (no restart at look 1)."""
     conditions, change = {**FIXED, "fail_at": 1000}, {"fail_at": 999}
-    how = dict(progress=False, supervised=False, min_valid_runs=2, method="paired", group="resumed")
+    how = dict(progress=False, supervised=False, min_valid_runs=2, method="paired", group="resumed",
+               allow_undecidable=True)
     first = compare(HOSTILE_OK, conditions, change, attempts=2, **how)
     assert "optional stopping" not in capsys.readouterr().err
     # as a sequential comparison stopped at half its information would have left it
@@ -348,9 +349,30 @@ def test_resume_goes_on_spending_alpha_from_the_looks_recorded_on_the_group(sqli
 
 def test_resume_of_a_group_decided_at_a_single_look_says_it_is_optional_stopping(sqlite_uri, capsys):
     conditions, change = {**FIXED, "fail_at": 1000}, {"fail_at": 999}
-    how = dict(progress=False, supervised=False, min_valid_runs=2, method="paired", group="single")
+    how = dict(progress=False, supervised=False, min_valid_runs=2, method="paired", group="single",
+               allow_undecidable=True)
     compare(HOSTILE_OK, conditions, change, attempts=2, **how)
     capsys.readouterr()
     compare(HOSTILE_OK, conditions, change, attempts=2, resume=True, **how)
     assert "was already decided at a single look; a decision on more attempts is optional stopping" in \
         capsys.readouterr().err
+
+
+def test_a_comparison_that_cannot_mean_anything_is_refused_before_anything_runs(sqlite_uri, capsys):
+    """Issue 28: attempts below min_valid_runs (a certain rerun) or below the method's floor are refused."""
+    conditions, change = {**FIXED, "fail_at": 1000}, {"fail_at": 999}
+    with pytest.raises(pg.errors.InputError, match=r"4 attempts per arm can never reach min_valid_runs=5.*"
+                                                   r"--allow-undecidable"):
+        compare(HOSTILE_OK, conditions, change, attempts=4, progress=False, supervised=False)
+    with pytest.raises(pg.errors.InputError, match=r"paired method cannot accept with 5 attempts.*--allow-undecidable"):
+        compare(HOSTILE_OK, conditions, change, attempts=5, progress=False, supervised=False, method="paired")
+    assert MlflowClient().search_runs(["0"]) == []  # nothing logged
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "--workload", HOSTILE_OK, *[f"--set={k}={v}" for k, v in conditions.items()],
+              "--change", "fail_at=999", "--attempts", "2", "--in-process", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and "min_valid_runs=5" in err
+    # allowed: it runs, and says first that it cannot accept
+    result = compare(HOSTILE_OK, conditions, change, attempts=2, progress=False, supervised=False,
+                     allow_undecidable=True)
+    assert result["reason"] == "insufficient_valid_runs"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from ._errors import RuleTypeError, typed_inputs
@@ -74,9 +75,10 @@ def design_single_variable_experiment(
         )
     changed_variable, changed_value = next(iter(candidate_change.items()))
     if changed_variable not in baseline:
+        close = difflib.get_close_matches(str(changed_variable), sorted(map(str, baseline)), n=1)
         raise ValueError(
-            f"the changed variable {changed_variable!r} must be declared in the baseline "
-            f"(one of {sorted(map(str, baseline))})"
+            f"the changed variable {changed_variable!r} must be declared in the baseline"
+            f"{f' (did you mean {close[0]!r}?)' if close else ''} (one of {sorted(map(str, baseline))})"
         )
     if changed_variable in IMMUTABLE_CONDITIONS:
         raise ValueError(

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from ._conditions import choice, flag, integer, number, shape
 from ._interface import Workload
 from ._outputs import logits_of, loss_of
+from ._reads import READ_ATTRIBUTE, ConditionReads
 
 __all__ = ["HF_TASKS", "HFWorkload", "hf_workload", "resolve_hf_factory"]
 
@@ -314,6 +315,11 @@ class HFWorkload(Workload):
         }
 
 
+#: The conditions this adapter reads itself (:class:`HFWorkload`); a factory may read others.
+_ADAPTER_KEYS = ("batch_size", "checkpoint", "device", "dtype", "input_shape", "lr", "repeats", "seed", "steps",
+                 "task", "warmup")
+
+
 def _device(conditions: dict) -> str:
     from .tinylm import _parse_device
 
@@ -415,15 +421,20 @@ def hf_workload(model_or_factory: Any, conditions: dict | None = None) -> HFWork
     """
     conditions = dict(conditions or {})
     seed = integer(conditions, "seed", 0)
+    reads = ConditionReads(conditions)  # the keys the factory reads, beside the adapter's own
     made = model_or_factory
     if not isinstance(made, torch.nn.Module) and not _is_config(made):
         if not callable(made):
             raise TypeError(f"hf_workload needs a model, a config or a factory, got {type(made).__name__}")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            made = _call_factory(made, conditions)
-    model, config = _build_model(made, conditions, seed)
-    return HFWorkload(model, conditions, config=config)
+            made = _call_factory(made, reads)
+    model, config = _build_model(made, reads, seed)
+    workload = HFWorkload(model, conditions, config=config)
+    read = reads.read()
+    if read is not None:  # a key neither the factory nor this adapter read cannot reach the model
+        setattr(workload, READ_ATTRIBUTE, sorted(set(read) | set(_ADAPTER_KEYS)))
+    return workload
 
 
 def resolve_hf_factory(target: str) -> Callable[[dict], HFWorkload]:

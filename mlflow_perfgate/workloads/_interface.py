@@ -14,6 +14,7 @@ import torch
 
 from ._names import BUILTIN_WORKLOADS, HF_PREFIX, workload_target
 from ._outputs import loss_of
+from ._reads import READ_ATTRIBUTE, ConditionReads, read_conditions_of
 
 __all__ = [
     "BUILTIN_WORKLOADS",
@@ -185,21 +186,33 @@ def make_workload(name: str, conditions: dict | None = None) -> Any:
         ValueError: unknown workload name, or the factory rejected a condition.
         TypeError: the factory returned an object without callable ``step`` and ``quality``.
     """
-    workload = resolve_workload(name)(dict(conditions or {}))
+    reads = ConditionReads(conditions or {})  # what the factory reads: did a changed variable reach it?
+    workload = resolve_workload(name)(reads)
     if not isinstance(workload, WorkloadProtocol):
         raise TypeError(
             f"workload {name!r} factory returned {type(workload).__name__}, which lacks callable "
             "step() and quality()"
         )
+    if read_conditions_of(workload) is None and reads.read() is not None:  # an adapter may have said it
+        try:
+            setattr(workload, READ_ATTRIBUTE, reads.read())
+        except (AttributeError, TypeError):  # slots or a frozen object: nothing is claimed
+            pass
     return workload
 
 
 def describe_workload(workload: Any) -> dict:
-    """The workload dict of the evidence records, for workloads without :meth:`Workload.describe`."""
+    """The workload dict of the evidence records (:meth:`Workload.describe`, or its default).
+
+    Where the factory's reads were noted (:func:`make_workload`), ``read_conditions`` lists the
+    conditions it looked up: the evidence that a changed variable reached the workload.
+    """
     describe = getattr(workload, "describe", None)
-    if callable(describe):
-        return dict(describe())
-    return Workload.describe(workload)
+    record = dict(describe()) if callable(describe) else Workload.describe(workload)
+    read = read_conditions_of(workload)
+    if read is not None:
+        record.setdefault("read_conditions", read)
+    return record
 
 
 def device_of(workload: Any) -> torch.device:

@@ -344,4 +344,4 @@ def make_workload(conditions: dict) -> TinyLMWorkload:
         ValueError: a condition has a bad value; the message names the key and the allowed values.
         RuntimeError: ``device`` is CUDA and CUDA is not available.
     """
-    return TinyLMWorkload(TinyLMConfig.from_conditions(dict(conditions)))
+    return TinyLMWorkload(TinyLMConfig.from_conditions(conditions))  # read, not copied: see _reads

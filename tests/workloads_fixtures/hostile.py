@@ -93,6 +93,13 @@ def raiser(conditions: dict) -> _Hostile:
     return _Hostile(conditions, action)
 
 
+def low_quality(conditions: dict) -> _Hostile:
+    """Steps are fine; ``quality()`` is 0.004, a random-weight model's (``fail_at`` is read, as raiser's)."""
+    workload = _Hostile(conditions, lambda: 1.0)
+    workload.quality = lambda: 0.004
+    return workload
+
+
 def nan_quality(conditions: dict) -> _Hostile:
     """Steps are fine; ``quality()`` is NaN."""
     workload = _Hostile({"fail_at": 10**9}, lambda: 1.0)
