@@ -227,15 +227,98 @@ def collect(args, calibration: dict) -> list[dict]:
                 wall_s, after = time.monotonic() - started, loadavg()
                 print(f"{kind:6} effect {effect:+.2f}: {args.rounds} rounds in {wall_s:.0f} s, load "
                       f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
-                for attempt in result["attempts"]:
-                    if attempt.get("state") != "ok":
-                        rows.append({"kind": kind, "effect": effect, "arm": attempt["arm"], "ok": False,
-                                     "pair": attempt.get("pair"), "wall_s": wall_s, "load": (before + after) / 2})
-                        continue
-                    rows.append({"kind": kind, "effect": effect, "arm": attempt["arm"], "ok": True,
-                                 "pair": attempt.get("pair"), "wall_s": wall_s, "load": (before + after) / 2,
-                                 **{key: attempt.get(key) for key in ("latency_ms", "step_p10_ms", "fastest_step_ms",
-                                                                      "step_mean_ms", "step_p95_ms")}})
+                rows += _rows_of(result, kind, effect, wall_s, (before + after) / 2)
+    return rows
+
+
+def _rows_of(result: dict, kind: str, effect, wall_s: float, load: float) -> list[dict]:
+    rows = []
+    for attempt in result["attempts"]:
+        row = {"kind": kind, "effect": effect, "arm": attempt["arm"], "ok": attempt.get("state") == "ok",
+               "pair": attempt.get("pair"), "wall_s": wall_s, "load": load}
+        if row["ok"]:
+            row.update({key: attempt.get(key) for key in ("latency_ms", "step_p10_ms", "fastest_step_ms",
+                                                          "step_mean_ms", "step_p95_ms")})
+        rows.append(row)
+    return rows
+
+
+def collect_validity(args, calibration: dict) -> list[dict]:
+    """One ``compare`` per (neighbour kind, shape): the candidate's steps change shape, not scale.
+
+    The baseline is the lab's plain workload (``shape=none``); the candidate changes only
+    ``shape`` (``noise_lab_workload.SHAPES``), so its truth is known per step: every shape here is
+    slower in its typical or its mean step beyond the 5% margin, and none may be accepted.
+    """
+    import mlflow
+
+    from mlflow_perfgate.harness import compare
+
+    store = tempfile.mkdtemp(prefix="lab-validity-")
+    mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
+    step_units = round(calibration["base_step_ms"] / calibration["unit_ms"])
+    conditions = {**base_conditions(args), "extra_units": calibration["base_units"], "seed": 0, "shape": "none",
+                  "step_units": step_units}
+    step_s = calibration["base_step_ms"] / 1e3
+    rows = []
+    for kind in args.kinds:
+        horizon = 600 + len(args.shapes) * args.rounds * 20 * (2 * args.steps * step_s + 0.5)
+        with Neighbours(neighbour_plan(kind, step_s), horizon) as hood:
+            for shape in args.shapes:
+                before, started = loadavg(), time.monotonic()
+                result = compare(WORKLOAD, conditions, {"shape": shape}, attempts=args.rounds, progress=False,
+                                 interleave="steps", method="paired", group=f"validity-{kind}-{shape}",
+                                 env_mismatch="ignore", runner="fork", threads=args.threads, mode="non_regression",
+                                 margin=MARGIN)
+                hood.check()
+                wall_s, after = time.monotonic() - started, loadavg()
+                print(f"{kind:6} shape {shape:10}: {args.rounds} rounds in {wall_s:.0f} s, load "
+                      f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
+                rows += _rows_of(result, kind, shape, wall_s, (before + after) / 2)
+    return rows
+
+
+def collect_decisive(args, calibration: dict) -> list[dict]:
+    """``compare --until-decisive`` at the recommended configuration, from the fewest rounds that can decide.
+
+    Per (neighbour kind, effect of -15% or +15%), ``--decisive-repeats`` comparisons, each
+    starting at ``--decisive-start`` rounds and adding pairs while the answer is rerun, up to
+    ``--decisive-max``: improvement mode for the speedup, non_regression for the slowdown. Each
+    row is one comparison: its wall time (``compare``'s own, server start included), the rounds it
+    used, the measured step time they hold, and its decision.
+    """
+    import mlflow
+
+    from mlflow_perfgate.harness import compare
+
+    store = tempfile.mkdtemp(prefix="lab-decisive-")
+    mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
+    conditions = {**base_conditions(args), "extra_units": calibration["base_units"], "seed": 0}
+    step_s = calibration["base_step_ms"] / 1e3
+    rows = []
+    for kind in args.kinds:
+        horizon = 600 + 2 * args.decisive_repeats * args.decisive_max * 20 * (2 * args.steps * step_s + 0.5)
+        with Neighbours(neighbour_plan(kind, step_s), horizon) as hood:
+            for effect in (-0.15, 0.15):
+                mode = "improvement" if effect < 0 else "non_regression"
+                change = {"extra_units": candidate_units(effect, calibration)}
+                for repeat in range(args.decisive_repeats):
+                    before, started = loadavg(), time.monotonic()
+                    result = compare(WORKLOAD, conditions, change, attempts=args.decisive_start, progress=False,
+                                     interleave="steps", method="paired", latency="p10", mode=mode,
+                                     margin=MARGIN, min_improvement=MIN_IMPROVEMENT, until_decisive=True,
+                                     max_attempts=args.decisive_max, group=f"decisive-{kind}-{effect:+.2f}-{repeat}",
+                                     env_mismatch="ignore", runner="fork", threads=args.threads)
+                    hood.check()
+                    wall_s, after = time.monotonic() - started, loadavg()
+                    ok = [a for a in result["attempts"] if a.get("state") == "ok"]
+                    measured_s = sum(a["step_mean_ms"] * args.steps for a in ok if a.get("step_mean_ms")) / 1e3
+                    rounds = len({a.get("pair") for a in result["attempts"]})
+                    print(f"{kind:6} effect {effect:+.2f} #{repeat}: {rounds} rounds, {wall_s:.1f} s "
+                          f"({measured_s:.1f} s measured), decided {result['decision']}", file=sys.stderr)
+                    rows.append({"kind": kind, "effect": effect, "mode": mode, "decision": result["decision"],
+                                 "reason": result.get("reason"), "rounds": rounds, "wall_s": wall_s,
+                                 "measured_s": measured_s, "load": (before + after) / 2})
     return rows
 
 
@@ -390,6 +473,84 @@ def report(found: dict, kinds, sizes, configs=CONFIGS) -> str:
     return "\n".join(lines)
 
 
+VALIDITY_TRUTH = {
+    # shape: (what is slower, by how much), the step figures as noise_lab_workload.SHAPES has them
+    "stall": "mean step +40% (every 5th step 3x), typical unchanged",
+    "fast_path": "typical step +12% (1 step in 4 at 0.65x, the others 1.12x), p10 35% faster, mean +0.25%",
+    "slow_first": "mean step +15% (the first 3 of 30 measured steps 2.5x), typical unchanged",
+    "bimodal": "mean step +15% (half the steps, at random, 1.3x)",
+}
+
+
+def report_validity(found: dict, kinds, sizes, configs=CONFIGS) -> str:
+    """The validity cases: the accept rate (improvement; must be 0) and the reject rate (non_regression)."""
+    rates, lines = found["rates"], []
+    shapes = [shape for shape in VALIDITY_TRUTH if any(key[1] == shape for key in rates)]
+    lines.append("## Validity: shape-changing candidates (accept in improvement / reject in non_regression)\n")
+    for shape in shapes:
+        lines.append(f"- `{shape}`: {VALIDITY_TRUTH[shape]}")
+    lines.append("")
+    lines.append("| kind | shape | n | " + " | ".join(configs) + " |")
+    lines.append("|---|---|---|" + "---|" * len(configs))
+    for kind in kinds:
+        for shape in shapes:
+            for n in sizes:
+                cells = []
+                for config in configs:
+                    acc = rates.get((kind, shape, n, config, "improvement"), (None, 0))
+                    rej = rates.get((kind, shape, n, config, "non_regression"), (None, 0))
+                    cells.append(f"{_pct(acc[0])} / {_pct(rej[0])} [{acc[1]}]")
+                lines.append(f"| {kind} | {shape} | {n} | " + " | ".join(cells) + " |")
+    lines.append("\n### Validity targets (worst cell over the kinds)\n")
+    lines.append("| target | " + " | ".join(configs) + " |")
+    lines.append("|---|" + "---|" * len(configs))
+    targets = [("never accepted (any shape, any n)", None, None, "improvement", "max", 0.0),
+               ("stall rejected >= 90%, n=10", "stall", 10, "non_regression", "min", 0.90)]
+    targets += [(f"{shape} rejected >= 80%, n=10", shape, 10, "non_regression", "min", 0.80)
+                for shape in shapes if shape != "stall"]
+    for label, only, n, mode, direction, bound in targets:
+        cells = []
+        for config in configs:
+            worst = None
+            for kind in kinds:
+                for shape in ([only] if only else shapes):
+                    for size in ([n] if n else sizes):
+                        value = rates.get((kind, shape, size, config, mode), (None, 0))[0]
+                        if value is None:
+                            continue
+                        if worst is None or (value > worst[0] if direction == "max" else value < worst[0]):
+                            worst = (value, kind, shape, size)
+            if worst is None:
+                cells.append("n/a")
+                continue
+            ok = worst[0] <= bound if direction == "max" else worst[0] >= bound
+            cells.append(f"{'ok' if ok else 'MISS'} {_pct(worst[0])} ({worst[1]}, {worst[2]}, n={worst[3]})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report_decisive(rows: list[dict], kinds) -> str:
+    """Per (kind, effect): right decisions, the median rounds and wall time to a decision, wall over measured."""
+    lines = ["## `--until-decisive` at the recommended configuration (paired, p10, steps interleaved)\n",
+             "| kind | effect | mode | right | rerun | median rounds | median wall s | median measured s "
+             "| wall / measured | load |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for kind in kinds:
+        for effect in (-0.15, 0.15):
+            cell = [r for r in rows if r["kind"] == kind and r["effect"] == effect]
+            if not cell:
+                continue
+            wanted = "accept" if effect < 0 else "reject"
+            right = sum(r["decision"] == wanted for r in cell)
+            reruns = sum(r["decision"] == "rerun" for r in cell)
+            wall = statistics.median(r["wall_s"] for r in cell)
+            measured = statistics.median(r["measured_s"] for r in cell)
+            ratio = statistics.median(r["wall_s"] / r["measured_s"] for r in cell if r["measured_s"] > 0)
+            lines.append(f"| {kind} | {effect:+.2f} | {cell[0]['mode']} | {right}/{len(cell)} | {reruns} | "
+                         f"{statistics.median(r['rounds'] for r in cell):.0f} | {wall:.1f} | {measured:.1f} | "
+                         f"{ratio:.2f} | {statistics.fmean(r['load'] for r in cell):.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -404,6 +565,13 @@ def main(argv=None) -> int:
                         help="torch threads of every attempt (1: with 2 on a 2-core machine beside busy neighbours, "
                              "torch's threads wait on each other for the CPU and a round took 200 s instead of 1)")
     parser.add_argument("--probe-units", type=int, default=40)
+    parser.add_argument("--sections", type=lambda t: t.split(","), default=["effects"],
+                        help="what to collect: effects (the rates), validity (shape-changing candidates), "
+                             "decisive (--until-decisive to a decision); comma-separated")
+    parser.add_argument("--shapes", type=lambda t: t.split(","), default=list(VALIDITY_TRUTH))
+    parser.add_argument("--decisive-start", type=int, default=6, help="rounds before the first look")
+    parser.add_argument("--decisive-max", type=int, default=20)
+    parser.add_argument("--decisive-repeats", type=int, default=3)
     parser.add_argument("--out", default=None, help="write the collected rows and the calibration as JSON")
     parser.add_argument("--from-json", default=None, help="judge an earlier collection; measure nothing")
     args = parser.parse_args(argv)
@@ -412,20 +580,31 @@ def main(argv=None) -> int:
         with opener(args.from_json, "rt") as handle:
             saved = json.load(handle)
         rows, calibration = saved["rows"], saved["calibration"]
-        kinds = [k for k in args.kinds if any(r["kind"] == k for r in rows)]
+        validity, decisive = saved.get("validity", []), saved.get("decisive", [])
+        seen = rows + validity + decisive
+        kinds = [k for k in args.kinds if any(r["kind"] == k for r in seen)]
     else:
         started = time.monotonic()
         calibration = calibrate(args)
         print(f"calibration: {json.dumps(calibration)}", file=sys.stderr)
-        rows = collect(args, calibration)
+        rows = collect(args, calibration) if "effects" in args.sections else []
+        validity = collect_validity(args, calibration) if "validity" in args.sections else []
+        decisive = collect_decisive(args, calibration) if "decisive" in args.sections else []
         kinds = args.kinds
-        print(f"collected {len(rows)} attempts in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        print(f"collected {len(rows) + len(validity)} attempts and {len(decisive)} decisive comparisons in "
+              f"{time.monotonic() - started:.0f} s", file=sys.stderr)
         if args.out:
             with open(args.out, "w") as handle:
-                json.dump({"calibration": calibration, "rows": rows, "args": vars(args)}, handle)
+                json.dump({"calibration": calibration, "rows": rows, "validity": validity, "decisive": decisive,
+                           "args": vars(args)}, handle)
     print(f"calibration: TinyLM step {calibration['step_ms']:.2f} ms, unit {calibration['unit_ms']:.4f} ms, "
           f"baseline step {calibration['base_step_ms']:.2f} ms ({calibration['base_units']} units)")
-    print(report(analyse(rows, args.sizes), kinds, args.sizes))
+    if rows:
+        print(report(analyse(rows, args.sizes), kinds, args.sizes))
+    if validity:
+        print(report_validity(analyse(validity, args.sizes), kinds, args.sizes))
+    if decisive:
+        print(report_decisive(decisive, kinds))
     return 0
 
 

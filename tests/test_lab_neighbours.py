@@ -72,3 +72,51 @@ def test_analysis_reads_each_configuration_s_verdicts():
     assert found["spread"][("quiet", "latency_ms")] < 0.05  # the shared factor cancels within a round
     text = lab.report(found, ["quiet"], [10], configs=("paired/raw", "pyperf"))
     assert "identical falsely accepted <= 2%" in text and "| +0.15 | 10 |" in text
+
+
+def test_the_lab_workload_shapes_its_candidate_s_steps():
+    """The validity cases' truth, step by step: a stall every 5th measured step, a fast path, slow first steps."""
+    import noise_lab_workload
+
+    conditions = {"input_shape": "2,16", "warmup": 2, "extra_units": 10, "step_units": 20}
+    stall = noise_lab_workload.make({**conditions, "shape": "stall"})
+    assert [stall.factor(i) for i in (-1, 0, 1, 4, 5, 10)] == [1.0, 3.0, 1.0, 1.0, 3.0, 3.0]
+    fast = noise_lab_workload.make({**conditions, "shape": "fast_path"})
+    factors = [fast.factor(i) for i in range(8)]
+    assert factors.count(0.65) == 2 and factors.count(1.12) == 6
+    assert sum(factors) / 8 == pytest.approx(1.0025) and sorted(factors)[4] == 1.12  # mean flat, typical +12%
+    first = noise_lab_workload.make({**conditions, "shape": "slow_first"})
+    assert [first.factor(i) for i in range(5)] == [2.5, 2.5, 2.5, 1.0, 1.0]
+    assert noise_lab_workload.make({**conditions, "shape": "none"}).factor(0) == 1.0
+    done = []
+    stall.extra_work = lambda units=None: done.append(units)
+    for _ in range(8):  # 2 warm-up steps, then measured steps 0..5: the stall at 0 and 5
+        stall.step()
+    assert done == [None, None, 50, None, None, None, None, 50]  # 10 + (3 - 1) x 20 units
+    with pytest.raises(ValueError, match="shape must be one of"):
+        noise_lab_workload.make({**conditions, "shape": "spiky"})
+
+
+def test_the_validity_report_marks_an_accepted_slower_candidate():
+    rows = _rows("quiet", 0.3, seed=4)  # slower in every figure: never accepted, rejected
+    for row in rows:
+        row["effect"] = "stall"
+    found = lab.analyse(rows, [10], configs=("paired/raw", "pyperf"))
+    text = lab.report_validity(found, ["quiet"], [10], configs=("paired/raw", "pyperf"))
+    assert "| quiet | stall | 10 | 0% / 100% [3] |" in text
+    assert "| never accepted (any shape, any n) | ok 0%" in text and "| stall rejected >= 90%, n=10 | ok 100%" in text
+    for row in rows:  # the same rows read as a speedup: an accepted "slower" candidate is a MISS
+        if row["arm"] == "candidate":
+            for key in ("latency_ms", "step_p10_ms", "fastest_step_ms", "step_mean_ms", "step_p95_ms"):
+                row[key] /= 1.69
+    text = lab.report_validity(lab.analyse(rows, [10], configs=("paired/raw",)), ["quiet"], [10],
+                               configs=("paired/raw",))
+    assert "| never accepted (any shape, any n) | MISS 100%" in text
+
+
+def test_the_decisive_report_gives_medians_per_cell():
+    rows = [{"kind": "quiet", "effect": -0.15, "mode": "improvement", "decision": d, "reason": None, "rounds": r,
+             "wall_s": w, "measured_s": m, "load": 1.0}
+            for d, r, w, m in (("accept", 6, 9.0, 3.0), ("accept", 8, 12.0, 4.0), ("rerun", 20, 30.0, 10.0))]
+    text = lab.report_decisive(rows, ["quiet"])
+    assert "| quiet | -0.15 | improvement | 2/3 | 1 | 8 | 12.0 | 4.0 | 3.00 | 1.00 |" in text
