@@ -50,6 +50,10 @@ def test_the_workload_record_says_what_the_factory_read():
     assert "checkpoint" in tinylm["read_conditions"] and "chekpoint" not in tinylm["read_conditions"]
     hostile = make_workload("tests.workloads_fixtures.hostile:raiser", {"fail_at": 3, "other": 1})
     assert read_conditions_of(hostile) == ["fail_at"]
+    lazy = make_workload("tests.workloads_fixtures.hostile:lazy_reader", {"fail_at": 3, "mode": "x"})
+    assert read_conditions_of(lazy) == ["fail_at"]
+    lazy.step()  # a workload that keeps the dict and reads a key in step(): that read counts too
+    assert read_conditions_of(lazy) == ["fail_at", "mode"]
 
 
 def test_the_check_refuses_a_variable_no_factory_read_and_keeps_what_the_runner_reads():

@@ -193,9 +193,9 @@ def make_workload(name: str, conditions: dict | None = None) -> Any:
             f"workload {name!r} factory returned {type(workload).__name__}, which lacks callable "
             "step() and quality()"
         )
-    if read_conditions_of(workload) is None and reads.read() is not None:  # an adapter may have said it
+    if getattr(workload, READ_ATTRIBUTE, None) is None:  # an adapter may have said it; read when described
         try:
-            setattr(workload, READ_ATTRIBUTE, reads.read())
+            setattr(workload, READ_ATTRIBUTE, reads)
         except (AttributeError, TypeError):  # slots or a frozen object: nothing is claimed
             pass
     return workload

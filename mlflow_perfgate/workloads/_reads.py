@@ -97,8 +97,15 @@ class ConditionReads(dict):
 
 
 def read_conditions_of(workload: Any) -> list[str] | None:
-    """What the workload's factory read, where it was noted (``None`` when unknown)."""
+    """What the workload's factory read, where it was noted (``None`` when unknown).
+
+    The attribute holds the :class:`ConditionReads` the factory was given (read when asked, so a
+    workload that keeps the dict and reads a key in ``step()`` counts that read too) or a list
+    of keys (an adapter's own account).
+    """
     read = getattr(workload, READ_ATTRIBUTE, None)
+    if isinstance(read, ConditionReads):
+        read = read.read()
     if isinstance(read, (list, tuple)):
         return sorted(str(key) for key in read)
     return None

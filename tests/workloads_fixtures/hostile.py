@@ -100,6 +100,14 @@ def low_quality(conditions: dict) -> _Hostile:
     return workload
 
 
+def lazy_reader(conditions: dict) -> _Hostile:
+    """Keeps the conditions and reads ``mode`` in its first step, not in the factory."""
+    workload = _Hostile(conditions, lambda: 1.0)
+    workload.fail_at = 10**9
+    workload.step = lambda: (conditions.get("mode"), 1.0)[1]
+    return workload
+
+
 def nan_quality(conditions: dict) -> _Hostile:
     """Steps are fine; ``quality()`` is NaN."""
     workload = _Hostile({"fail_at": 10**9}, lambda: 1.0)
