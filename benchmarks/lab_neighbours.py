@@ -411,6 +411,34 @@ def _pct(value) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
+def _cells(rates: dict, kind: str, case, n: int, configs) -> list[str]:
+    """One row's cells: accept (improvement) / reject (non_regression) rates and the windows, per config."""
+    cells = []
+    for config in configs:
+        acc = rates.get((kind, case, n, config, "improvement"), (None, 0))
+        rej = rates.get((kind, case, n, config, "non_regression"), (None, 0))
+        cells.append(f"{_pct(acc[0])} / {_pct(rej[0])} [{acc[1]}]")
+    return cells
+
+
+def _worst_cell(rates: dict, config: str, kinds, cases, sizes, mode: str, direction: str, bound: float) -> str:
+    """The worst rate of a config over kinds, cases and sizes, against a bound (``max``: at most, ``min``: at least)."""
+    worst = None
+    for kind in kinds:
+        for case in cases:
+            for size in sizes:
+                value = rates.get((kind, case, size, config, mode), (None, 0))[0]
+                if value is None:
+                    continue
+                if worst is None or (value > worst[0] if direction == "max" else value < worst[0]):
+                    worst = (value, kind, case, size)
+    if worst is None:
+        return "n/a"
+    ok = worst[0] <= bound if direction == "max" else worst[0] >= bound
+    where = worst[1] if len(cases) == 1 and not isinstance(worst[2], str) else f"{worst[1]}, {worst[2]}"
+    return f"{'ok' if ok else 'MISS'} {_pct(worst[0])} ({where}, n={worst[3]})"
+
+
 def report(found: dict, kinds, sizes, configs=CONFIGS) -> str:
     rates, lines = found["rates"], []
     effects = sorted({effect for (_, effect, _, _, _) in rates})
@@ -424,12 +452,7 @@ def report(found: dict, kinds, sizes, configs=CONFIGS) -> str:
         lines.append("|---|---|" + "---|" * len(configs))
         for effect in effects:
             for n in sizes:
-                cells = []
-                for config in configs:
-                    acc = rates.get((kind, effect, n, config, "improvement"), (None, 0))
-                    rej = rates.get((kind, effect, n, config, "non_regression"), (None, 0))
-                    cells.append(f"{_pct(acc[0])} / {_pct(rej[0])} [{acc[1]}]")
-                lines.append(f"| {effect:+.2f} | {n} | " + " | ".join(cells) + " |")
+                lines.append(f"| {effect:+.2f} | {n} | " + " | ".join(_cells(rates, kind, effect, n, configs)) + " |")
         lines.append("")
     lines.append("## Within-round spread of identical arms (sd of the log ratio)\n")
     lines.append("| kind | typical step | p10 step | mean step | step P95 |")
@@ -442,21 +465,8 @@ def report(found: dict, kinds, sizes, configs=CONFIGS) -> str:
     lines.append("| target | " + " | ".join(configs) + " |")
     lines.append("|---|" + "---|" * len(configs))
     for label, effect, n, mode, direction, bound in TARGETS:
-        cells = []
-        for config in configs:
-            worst = None
-            for kind in kinds:
-                for size in ([n] if n else sizes):
-                    value = rates.get((kind, effect, size, config, mode), (None, 0))[0]
-                    if value is None:
-                        continue
-                    if worst is None or (value > worst[0] if direction == "max" else value < worst[0]):
-                        worst = (value, kind, size)
-            if worst is None:
-                cells.append("n/a")
-            else:
-                ok = worst[0] <= bound if direction == "max" else worst[0] >= bound
-                cells.append(f"{'ok' if ok else 'MISS'} {_pct(worst[0])} ({worst[1]}, n={worst[2]})")
+        cells = [_worst_cell(rates, config, kinds, [effect], [n] if n else sizes, mode, direction, bound)
+                 for config in configs]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("\n## Power against pyperf (cells where a configuration's rate is below pyperf's)\n")
     for config in configs[:-1]:
@@ -495,12 +505,7 @@ def report_validity(found: dict, kinds, sizes, configs=CONFIGS) -> str:
     for kind in kinds:
         for shape in shapes:
             for n in sizes:
-                cells = []
-                for config in configs:
-                    acc = rates.get((kind, shape, n, config, "improvement"), (None, 0))
-                    rej = rates.get((kind, shape, n, config, "non_regression"), (None, 0))
-                    cells.append(f"{_pct(acc[0])} / {_pct(rej[0])} [{acc[1]}]")
-                lines.append(f"| {kind} | {shape} | {n} | " + " | ".join(cells) + " |")
+                lines.append(f"| {kind} | {shape} | {n} | " + " | ".join(_cells(rates, kind, shape, n, configs)) + " |")
     lines.append("\n### Validity targets (worst cell over the kinds)\n")
     lines.append("| target | " + " | ".join(configs) + " |")
     lines.append("|---|" + "---|" * len(configs))
@@ -509,22 +514,8 @@ def report_validity(found: dict, kinds, sizes, configs=CONFIGS) -> str:
     targets += [(f"{shape} rejected >= 80%, n=10", shape, 10, "non_regression", "min", 0.80)
                 for shape in shapes if shape != "stall"]
     for label, only, n, mode, direction, bound in targets:
-        cells = []
-        for config in configs:
-            worst = None
-            for kind in kinds:
-                for shape in ([only] if only else shapes):
-                    for size in ([n] if n else sizes):
-                        value = rates.get((kind, shape, size, config, mode), (None, 0))[0]
-                        if value is None:
-                            continue
-                        if worst is None or (value > worst[0] if direction == "max" else value < worst[0]):
-                            worst = (value, kind, shape, size)
-            if worst is None:
-                cells.append("n/a")
-                continue
-            ok = worst[0] <= bound if direction == "max" else worst[0] >= bound
-            cells.append(f"{'ok' if ok else 'MISS'} {_pct(worst[0])} ({worst[1]}, {worst[2]}, n={worst[3]})")
+        cells = [_worst_cell(rates, config, kinds, [only] if only else shapes, [n] if n else sizes, mode, direction,
+                             bound) for config in configs]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
