@@ -173,7 +173,7 @@ def check_change_reached_workload(variable: str, baseline: dict | None, candidat
     value, the factory ignored the condition: every attempt would measure the same workload twice.
     A variable ``describe()`` does not report is not checked (TinyLM's ``checkpoint``, say).
 
-    Where the factory's reads were noted (``read_conditions``, see
+    Where the factory's reads were noted (the memory record's ``read_conditions``, see
     :mod:`mlflow_perfgate.workloads._reads`; the Hugging Face adapter notes its factory's and its
     own), a changed variable that neither arm's factory looked up is refused the same way, for
     every adapter: a misspelt key (``--change chekpoint=true``) or one the factory never reads
@@ -224,9 +224,11 @@ class _ChangeWitness:
     def see(self, arm: str, result) -> None:
         if self.done or arm in self.described:
             return
-        described = (getattr(result, "memory", None) or {}).get("workload")
-        if isinstance(described, dict):
-            self.described[arm] = described
+        memory = getattr(result, "memory", None) or {}
+        described = memory.get("workload")
+        if isinstance(described, dict):  # the workload's own record, and what its factory read beside it
+            read = memory.get("read_conditions")
+            self.described[arm] = {**described, "read_conditions": read} if isinstance(read, list) else described
         if len(self.described) == 2:
             self.done = True
             check_change_reached_workload(self.variable, self.described["baseline"], self.described["candidate"])
@@ -287,6 +289,7 @@ def _gpu_name(conditions: dict) -> str:
 def _outcome(result, conditions: dict) -> dict:
     """An :class:`AttemptResult` as the arguments of ``log_attempt`` / ``StartedAttempt.finish``."""
     from .tracking import METRIC
+    from .tracking._schema import fit
 
     metrics = {}
     if result.peak_mem_mib is not None:
@@ -313,7 +316,7 @@ def _outcome(result, conditions: dict) -> dict:
         environment["torch_threads"] = result.torch_threads
     return dict(
         latency_ms=result.latency_ms if result.ok else None, quality=result.quality if result.ok else None,
-        ok=result.ok, failure=None if result.ok else result.failure[:7900], validity=result.validity,
+        ok=result.ok, failure=None if result.ok else fit(result.failure, 7900), validity=result.validity,
         metrics=metrics or None, step_times_ms=list(result.step_times_ms) or None, environment=environment,
         failure_detail=result.failure_detail if not result.ok else None, mem_status=result.mem_status,
         histories=histories or None, contention_status=result.contention_status,
@@ -467,7 +470,8 @@ def compare(
                     f"{most} attempt{'' if most == 1 else 's'} per arm can never reach min_valid_runs="
                     f"{policy.min_valid_runs}: the answer would be rerun (insufficient_valid_runs) whatever they "
                     f"measure; pass {'--max-attempts' if until_decisive else '--attempts'} {policy.min_valid_runs} or "
-                    "more, a lower --min-valid-runs, or --allow-undecidable to run it anyway; nothing was run or logged")
+                    "more, a lower --min-valid-runs, or --allow-undecidable to run it anyway; nothing was run or "
+                    "logged")
             if too_few:
                 raise InputError(f"{too_few}; or pass --allow-undecidable to run it anyway; nothing was run or logged")
         if too_few:  # allowed: a warning, not progress: said with --no-progress too
@@ -589,7 +593,7 @@ def compare(
             with contextlib.suppress(Exception):
                 started.abort(f"{what}: compare stopped while this attempt ran ({reason})")
         try:
-            end_run(comparison_id, "KILLED", reason=f"compare stopped before its decision: {reason}"[:2000])
+            end_run(comparison_id, "KILLED", reason=f"compare stopped before its decision: {reason}")  # end_run fits it
         except Exception:  # the server may be what failed; the original error matters
             pass
         raise

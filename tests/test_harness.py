@@ -74,7 +74,8 @@ def servers(monkeypatch):
 def test_compare_runs_its_attempts_through_one_warm_server_closed_at_the_end(sqlite_uri, servers):
     seen = []
     result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False, timeout_s=60,
-                     min_valid_runs=2, on_attempt=lambda arm, attempt: seen.append(attempt.runner), allow_undecidable=True)
+                     min_valid_runs=2, on_attempt=lambda arm, attempt: seen.append(attempt.runner),
+                     allow_undecidable=True)
     assert seen == ["fork"] * 4 and result["baseline"]["valid_runs"] == 2
     assert len(servers) == 1 and servers[0].process.poll() is not None
     # Interrupted after its first attempt, the comparison still closes its server.
@@ -83,7 +84,8 @@ def test_compare_runs_its_attempts_through_one_warm_server_closed_at_the_end(sql
                 on_attempt=lambda arm, attempt: (_ for _ in ()).throw(KeyboardInterrupt()), allow_undecidable=True)
     assert len(servers) == 2 and servers[1].process.poll() is not None
     with pytest.raises(ValueError, match="runner must be one of"):
-        compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=1, progress=False, runner="thread", allow_undecidable=True)
+        compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=1, progress=False, runner="thread",
+                allow_undecidable=True)
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from mlflow_perfgate.errors import InputError, SingleVariableError
 from mlflow_perfgate.harness import check_change_reached_workload, check_quality_gate_can_fail, compare
 from mlflow_perfgate.tracking import TAG
 from mlflow_perfgate.workloads import make_workload
+from mlflow_perfgate.workloads._evidence import collect_memory_evidence
 from mlflow_perfgate.workloads._interface import describe_workload
 from mlflow_perfgate.workloads._reads import ConditionReads, read_conditions_of
 
@@ -46,8 +47,9 @@ def test_condition_reads_note_each_lookup_and_claim_nothing_after_a_copy():
 
 
 def test_the_workload_record_says_what_the_factory_read():
-    tinylm = describe_workload(make_workload("tinylm", {**TINY, "chekpoint": "true"}))
-    assert "checkpoint" in tinylm["read_conditions"] and "chekpoint" not in tinylm["read_conditions"]
+    built = make_workload("tinylm", {**TINY, "chekpoint": "true"})
+    tinylm = collect_memory_evidence(built)["read_conditions"]  # beside the workload's own record
+    assert "checkpoint" in tinylm and "chekpoint" not in tinylm and "read_conditions" not in describe_workload(built)
     hostile = make_workload("tests.workloads_fixtures.hostile:raiser", {"fail_at": 3, "other": 1})
     assert read_conditions_of(hostile) == ["fail_at"]
     lazy = make_workload("tests.workloads_fixtures.hostile:lazy_reader", {"fail_at": 3, "mode": "x"})
@@ -65,6 +67,10 @@ def test_the_check_refuses_a_variable_no_factory_read_and_keeps_what_the_runner_
     check_change_reached_workload("steps", read, read)  # the runner reads it
     check_change_reached_workload("dtype", read, read)  # a fixed condition
     check_change_reached_workload("chekpoint", read, {})  # one arm's reads unknown: nothing claimed
+    # read, then ignored: describe() reports the same value in both arms
+    built = {"hidden": 256, "read_conditions": ["hidden"]}
+    with pytest.raises(SingleVariableError, match=r"ignored the changed variable 'hidden'.*hidden=256 in both arms"):
+        check_change_reached_workload("hidden", built, built)
 
 
 def test_a_change_of_an_undeclared_key_says_which_was_meant(sqlite_uri):

@@ -26,7 +26,7 @@ from mlflow_perfgate.tracking import _journal
 
 from conftest import REPO
 from fault_proxy import FaultProxy
-from helpers import BASELINE_MS, CANDIDATE, CANDIDATE_MS, CONDITIONS, log_series
+from helpers import AT_BARRIER, BASELINE_MS, CANDIDATE, CANDIDATE_MS, CONDITIONS, log_series, start_racers
 
 TINY = {"input_shape": "2,16", "warmup": 1, "steps": 2}
 
@@ -218,23 +218,21 @@ def test_garbage_journal_lines_are_skipped_and_named(sqlite_uri, tmp_path, monke
 # 6. racing evaluators -----------------------------------------------------------------------------
 
 _EVALUATOR = """
-import json, sys, time
+import json
 import mlflow_perfgate as pg
-start = float(sys.argv[1])
-while time.time() < start:
-    time.sleep(0.005)
+import mlflow_perfgate.tracking._evaluate  # what the race runs, imported before the barrier
+""" + AT_BARRIER + """
 result = pg.evaluate_group("race")
 print(json.dumps({"run": result["decision_run_id"], "decision": result["decision"]}))
 """
 
 
 @pytest.mark.slow
-def test_racing_evaluators_converge_on_one_decision(tracking_uri):
+def test_racing_evaluators_converge_on_one_decision(tracking_uri, tmp_path):
     log_series("race")
-    start = time.time() + 6  # after every process has imported mlflow
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    processes = [subprocess.Popen([sys.executable, "-c", _EVALUATOR, str(start)], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    processes = start_racers(_EVALUATOR, [[] for _ in range(4)], tmp_path / "barrier", env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     outcomes = []
     for process in processes:
         out, err = process.communicate(timeout=300)
@@ -360,7 +358,8 @@ def test_conditions_named_like_decision_params_do_not_collide(sqlite_uri):
 
     conditions = {**TINY, "alpha": "0.5", "margin": "x", "changed_variable": "y", "min_valid_runs": "9"}
     result = compare("tinylm", conditions, {"checkpoint": True}, attempts=2, supervised=False, progress=False,
-                     min_valid_runs=2, method="robust", mode="non_regression", env_mismatch="warn", allow_undecidable=True)
+                     min_valid_runs=2, method="robust", mode="non_regression", env_mismatch="warn",
+                     allow_undecidable=True)
     run = MlflowClient().get_run(result["decision_run_id"])
     assert run.data.params["alpha"] == "0.5" and run.data.params["perfgate.alpha"] == "0.02"
     assert run.data.params["min_valid_runs"] == "9" and run.data.params["perfgate.min_valid_runs"] == "2"

@@ -15,6 +15,7 @@ import torch
 
 from ..rules import top_hotspots
 from ._interface import STAGES, describe_workload, device_of, missing_stages
+from ._reads import read_conditions_of
 from ._outputs import loss_of
 from ._state import preserved, rng_devices
 from ._timing import synchronize
@@ -260,6 +261,9 @@ def collect_memory_evidence(workload: Any, capacity_mib: float | None = None) ->
         "notes": notes,
         "interpretation_limit": MEMORY_INTERPRETATION_LIMIT,
     }
+    read = read_conditions_of(workload)
+    if read is not None:  # the conditions its factory looked up: did a changed variable reach it?
+        record["read_conditions"] = read
     if reserved_mib > record["capacity_mib"]:
         # The rules require reserved <= capacity; a smaller declared budget is the usual cause,
         # so keep the measured figure beside the clamped one.

@@ -202,17 +202,11 @@ def make_workload(name: str, conditions: dict | None = None) -> Any:
 
 
 def describe_workload(workload: Any) -> dict:
-    """The workload dict of the evidence records (:meth:`Workload.describe`, or its default).
-
-    Where the factory's reads were noted (:func:`make_workload`), ``read_conditions`` lists the
-    conditions it looked up: the evidence that a changed variable reached the workload.
-    """
+    """The workload dict of the evidence records, for workloads without :meth:`Workload.describe`."""
     describe = getattr(workload, "describe", None)
-    record = dict(describe()) if callable(describe) else Workload.describe(workload)
-    read = read_conditions_of(workload)
-    if read is not None:
-        record.setdefault("read_conditions", read)
-    return record
+    if callable(describe):
+        return dict(describe())
+    return Workload.describe(workload)
 
 
 def device_of(workload: Any) -> torch.device:

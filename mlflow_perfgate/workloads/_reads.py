@@ -3,9 +3,10 @@
 A factory is handed the conditions as a :class:`ConditionReads`, a ``dict`` that notes every key
 looked up (``[]``, ``get``, ``in``, ``pop``, ``setdefault``). A factory that copies, iterates or
 serialises the whole dict may have read anything: then nothing is claimed (:meth:`read` is
-``None``). The attempt's workload record carries what was read (``read_conditions``), and a
-comparison whose changed variable neither arm's factory read is refused: it would compare one
-workload with itself (``harness.check_change_reached_workload``).
+``None``). The attempt's memory record carries what was read (``read_conditions``, beside the
+workload's own ``describe()``), and a comparison whose changed variable neither arm's factory
+read is refused: it would compare one workload with itself
+(``harness.check_change_reached_workload``).
 
 No torch here: the harness imports this module's names for its check.
 """
