@@ -25,7 +25,12 @@ Prints, from one run:
    defaults, a fresh process on a fresh SQLite store), by ``--runner``: its wall time, its
    diagnosis run's and its comparison's (the decision run's start to end), and that comparison's
    efficiency where the main job runs it (with fork, one server serves the diagnosis and the
-   comparison, warmed while the process imports mlflow).
+   comparison, warmed while the process imports mlflow);
+7. ``restated``: issue 26's figures, at the README's configuration for a shared machine (paired,
+   p10, ``--interleave steps``, one thread, 10 rounds of 30 steps) and at the default one, on a
+   quiet machine and beside one busy process per core: compare efficiency, the fixed cost per
+   compare split by phase (before the first round, between rounds, after the last) and beyond
+   the server's warm-up, and a round's overhead over its measured steps, beside the targets.
 
 The 1-minute load average is printed before and after: other work on the machine shows up in
 every figure.
@@ -55,7 +60,7 @@ from mlflow_perfgate.workloads import attempt_runner, interleave, make_workload,
 from mlflow_perfgate.workloads._timing import pinned_threads, time_steps
 from mlflow_perfgate.workloads.tinylm import TinyLMConfig, TinyLMWorkload
 
-SECTIONS = ("clock", "spread", "runners", "phases", "compare", "mainjob")
+SECTIONS = ("clock", "spread", "runners", "phases", "compare", "mainjob", "restated")
 
 
 def compare_clocks(conditions: dict, threads: int, steps: int, rounds: int, min_run_time: float) -> None:
@@ -270,6 +275,108 @@ def compare_efficiency(threads: int, kinds: list[str], extra_steps: int = 0) -> 
     print("('outside s' is the fork server's warm-up, once, MLflow logging, the evaluation, its plot and report)\n")
 
 
+#: The configurations of the ``restated`` section: the README's for a shared machine and the default.
+RESTATED_CONFIGS = {
+    "recommended": dict(conditions={"steps": 30, "warmup": 2}, attempts=10, method="paired", latency="p10",
+                        interleave="steps", threads=1),
+    "default": dict(conditions={}, attempts=5),
+}
+#: Issue 26's targets, as (figure, bound, at most?).
+RESTATED_TARGETS = {
+    ("recommended", "quiet", "efficiency"): (0.6, False),
+    ("recommended", "steady", "efficiency"): (0.5, False),
+    ("recommended", "quiet", "fixed beyond warm-up s"): (2.0, True),
+    ("recommended", "quiet", "round overhead"): (0.25, True),
+}
+
+_SPINNER = "import os, sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end and " \
+           "os.getppid() == int(sys.argv[2]):\n    pass\n"
+
+
+def _spinners(count: int, horizon_s: float) -> list:
+    """``count`` busy processes (a steady neighbour per core), each ending itself at its horizon or with us."""
+    return [subprocess.Popen([sys.executable, "-c", _SPINNER, str(horizon_s), str(os.getpid())])
+            for _ in range(count)]
+
+
+def _server_warm_up_s() -> float:
+    """How long the fork runner's server takes to be ready for TinyLM (a fresh server, nothing else)."""
+    from mlflow_perfgate.workloads import attempt_runner
+
+    started = time.perf_counter()
+    with attempt_runner("fork", "tinylm") as runner:
+        runner.status()
+        return time.perf_counter() - started
+
+
+def restated(repeats: int) -> None:
+    """Issue 26: what a user waits for, at the recommended configuration and the default, quiet and loaded.
+
+    Per compare (a fresh temporary SQLite store each, ``compare()`` in this process, mlflow
+    imported already): its wall time; the measured step time of its attempts over that wall time
+    (efficiency); the fixed cost (wall time less its rounds' wall time) split into before the first
+    round (the server's warm-up, the store, the comparison run), between rounds (each attempt's
+    logging) and after the last (the evaluation, plots, report, decision run); and a round's
+    overhead over its measured steps (a round: both arms' attempts, one child each, or one shared
+    child with ``--interleave steps``). ``steady``: one busy process per core beside it, started
+    and ended here by PID.
+    """
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    from mlflow_perfgate import harness
+    import mlflow_perfgate.tracking  # noqa: F401 - mlflow's import is not the comparison's cost
+
+    warm = statistics.median(_server_warm_up_s() for _ in range(3))
+    print(f"restated (issue 26): the fork server's warm-up alone {warm:.2f} s (median of 3)")
+    print(f"{'config':>12} {'load':>7} {'wall s':>7} {'rounds s':>9} {'measured s':>11} {'efficiency':>11}"
+          f" {'before s':>9} {'between s':>10} {'after s':>8} {'fixed-warm s':>13} {'round overhead':>15}")
+    figures: dict[tuple, list[dict]] = {}
+    for load in ("quiet", "steady"):
+        neighbours = _spinners(os.cpu_count() or 2, 900) if load == "steady" else []
+        try:
+            time.sleep(1.0 if neighbours else 0.0)
+            for _ in range(repeats):
+                for name, config in RESTATED_CONFIGS.items():
+                    config = dict(config)
+                    conditions = config.pop("conditions")
+                    with tempfile.TemporaryDirectory() as tmp:
+                        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
+                        seen = []
+                        started = time.perf_counter()
+                        harness.compare("tinylm", conditions, {"checkpoint": True}, progress=False, runner="fork",
+                                        on_attempt=lambda arm, attempt: seen.append((time.perf_counter(), attempt)),
+                                        **config)
+                        ended = time.perf_counter()
+                    steps_mode = config.get("interleave") == "steps"
+                    rounds = [seen[i:i + 2] for i in range(0, len(seen), 2)]
+                    round_walls = [r[0][1].wall_s if steps_mode else sum(a.wall_s for _, a in r) for r in rounds]
+                    round_measured = [sum(measured_s(a) for _, a in r) for r in rounds]
+                    wall, in_rounds, measured = ended - started, sum(round_walls), sum(round_measured)
+                    before = seen[0][0] - started - (round_walls[0] if steps_mode else seen[0][1].wall_s)
+                    after = ended - seen[-1][0]
+                    overhead = statistics.median((w - m) / m for w, m in zip(round_walls, round_measured))
+                    row = {"wall": wall, "rounds": in_rounds, "measured": measured, "efficiency": measured / wall,
+                           "before": before, "between": wall - in_rounds - before - after, "after": after,
+                           "fixed beyond warm-up s": wall - in_rounds - warm, "round overhead": overhead}
+                    figures.setdefault((name, load), []).append(row)
+                    print(f"{name:>12} {load:>7} {wall:>7.2f} {in_rounds:>9.2f} {measured:>11.2f}"
+                          f" {row['efficiency']:>11.2f} {before:>9.2f} {row['between']:>10.2f} {after:>8.2f}"
+                          f" {row['fixed beyond warm-up s']:>13.2f} {overhead:>15.2f}")
+        finally:
+            for process in neighbours:
+                process.kill()
+                process.wait(timeout=10)
+    print("\nmedians against issue 26's targets:")
+    for (name, load), rows in figures.items():
+        for key in ("efficiency", "fixed beyond warm-up s", "round overhead"):
+            value = statistics.median(r[key] for r in rows)
+            target = RESTATED_TARGETS.get((name, load, key))
+            verdict = "" if target is None else (
+                f"  target {'<=' if target[1] else '>='} {target[0]:g}: "
+                f"{'ok' if (value <= target[0] if target[1] else value >= target[0]) else 'MISS'}")
+            print(f"  {name:>12} {load:>7} {key:>24} {value:8.2f}{verdict}")
+    print()
+
+
 def main_job_command(runner: str) -> list[str]:
     """The MLproject's ``main`` command with its parameters' defaults, run by this interpreter."""
     import yaml
@@ -357,6 +464,7 @@ def main() -> None:
     parser.add_argument("--compare-steps", type=int, default=100,
                         help="also the fork comparison with this many measured steps per attempt (0: not)")
     parser.add_argument("--main-job-runs", type=int, default=2, help="main jobs per runner (mainjob)")
+    parser.add_argument("--restated-repeats", type=int, default=2, help="compares per config and load (restated)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}")
     args = parser.parse_args()
     sections = args.only.split(",")
@@ -378,6 +486,8 @@ def main() -> None:
         compare_efficiency(args.threads, args.compare_runners.split(","), args.compare_steps)
     if "mainjob" in sections:
         main_job(args.compare_runners.split(","), args.main_job_runs)
+    if "restated" in sections:
+        restated(args.restated_repeats)
     print(f"\ntotal {time.perf_counter() - started:.1f} s, load average {_load()} ({_loadavg()})")
 
 

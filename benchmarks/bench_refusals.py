@@ -17,7 +17,8 @@ The mistakes:
 4. ``unread`` (not one of the three, measured beside them): a key declared and changed
    consistently but never read by the factory (``--set chekpoint=false --change
    chekpoint=true``): refused after the first attempt of each arm, so its time includes the
-   attempt runner's start and two attempts.
+   attempt runner's start and two attempts;
+5. ``help``, ``usage``: ``compare --help`` and a usage error (issue 26: 0.5 s each).
 
 Usage: ``python benchmarks/bench_refusals.py [--repeats 3]``
 """
@@ -43,7 +44,11 @@ MISTAKES = {
     "uri-unreachable": (["evaluate", "--group", "g"], "http://127.0.0.1:9"),
     "unread": (["compare", "--workload", "tinylm", *TINY, "--set=chekpoint=false", "--change", "chekpoint=true",
                 "--attempts", "2", "--min-valid-runs", "2", "--allow-undecidable", "--no-progress"], None),
+    # issue 26's: --help and a usage error (target 0.5 s each)
+    "help": (["compare", "--help"], None),
+    "usage": (["compare", "--attempts", "x"], None),
 }
+TARGETS_S = {"help": 0.5, "usage": 0.5}
 
 
 def run_once(argv: list[str], uri: str | None) -> tuple[float, int, str, list[str]]:
@@ -70,7 +75,8 @@ def main() -> None:
         runs = [run_once(argv, uri) for _ in range(args.repeats)]
         median = statistics.median(r[0] for r in runs)
         _, code, line, left = runs[-1]
-        print(f"{name:<16} {median:8.2f} {TARGET_S:6.1f} {median / TARGET_S:6.2f}  {code:>4}  {len(left):>4}  "
+        target = TARGETS_S.get(name, TARGET_S)
+        print(f"{name:<16} {median:8.2f} {target:6.1f} {median / target:6.2f}  {code:>4}  {len(left):>4}  "
               f"{line[:160]}")
     print(f"load after: {os.getloadavg()[0]:.2f}")
 
