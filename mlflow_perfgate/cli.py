@@ -30,9 +30,11 @@ def _fail(message: str) -> NoReturn:
 
 
 def _one_line(exc: BaseException) -> str:
+    from mlflow_perfgate.tracking._schema import fit  # no mlflow
+
     message = getattr(exc, "message", None) or str(exc)
     text = " ".join(str(message).split())
-    return text if len(text) <= 2000 else text[:2000] + " ..."
+    return fit(text, 2000)  # the one marker of a cut text of ours (tracking/_schema.fit)
 
 
 def _check_store_uri() -> None:
@@ -52,8 +54,11 @@ def reads_only(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from mlflow_perfgate.tracking._store import read_only
+        from mlflow_perfgate.tracking._store import read_only, refused_server_problem
 
+        problem = refused_server_problem(os.environ.get("MLFLOW_TRACKING_URI"))  # before MLflow's import
+        if problem:
+            _fail(problem)
         with read_only():  # checked by the client, after the command's own input (the URI MLflow resolves)
             return func(*args, **kwargs)
 
