@@ -616,7 +616,7 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
         for run_id in [item.comparison_id for item in running] + [suite_run_id]:
             with contextlib.suppress(Exception):  # the server may be what failed; the original error matters
-                end_run(run_id, "KILLED", reason=f"suite stopped before its decision: {reason}"[:2000])
+                end_run(run_id, "KILLED", reason=f"suite stopped before its decision: {reason}")  # end_run fits it
         raise
     finally:
         runners.close()

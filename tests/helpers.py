@@ -48,3 +48,43 @@ def running(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+#: Code a racer runs once it has imported what it needs: it says it is ready, then waits for the
+#: go (the barrier's folder is its first argument, taken off ``sys.argv``). See :func:`start_racers`.
+AT_BARRIER = (
+    "import os as _os, sys as _sys, time as _time\n"
+    "_barrier = _sys.argv.pop(1)\n"
+    "open(_os.path.join(_barrier, f'ready-{_os.getpid()}'), 'w').close()\n"
+    "while not _os.path.exists(_os.path.join(_barrier, 'go')):\n"
+    "    _time.sleep(0.001)\n"
+)
+
+
+def start_racers(code: str, argvs: list[list[str]], barrier, *, env: dict, timeout_s: float = 240, **popen):
+    """Start one ``python -c code`` per argv and release them together once every one is ready.
+
+    A barrier, not a clock: however long the imports take, the race starts after the last
+    racer reached :data:`AT_BARRIER` (a racer that dies first fails the test at once).
+    """
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    barrier = Path(barrier)
+    barrier.mkdir(parents=True, exist_ok=True)
+    processes = [subprocess.Popen([sys.executable, "-c", code, str(barrier), *argv], env=env, **popen)
+                 for argv in argvs]
+    deadline = time.monotonic() + timeout_s
+    while len(list(barrier.glob("ready-*"))) < len(processes):
+        dead = [p for p in processes if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+            raise AssertionError(f"racers never all got ready: {len(dead)} ended before the barrier"
+                                 + (f" ({dead[0].communicate()[1]})" if dead and popen.get("stderr") else ""))
+        time.sleep(0.01)
+    (barrier / "go").touch()
+    return processes

@@ -12,6 +12,8 @@ from mlflow.tracking import MlflowClient
 
 import mlflow_perfgate as pg
 
+from helpers import AT_BARRIER, start_racers
+
 WRITER = Path(__file__).with_name("writer.py")
 
 
@@ -37,34 +39,30 @@ def test_eight_concurrent_writers_lose_nothing(tracking_uri):
 
 
 _TAGGER = """
-import sys, time
+import sys
 from mlflow.tracking import MlflowClient
 from mlflow_perfgate.tracking import _client
 client = MlflowClient()
-run_id, start, who = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-while time.time() < start:
-    time.sleep(0.001)
+""" + AT_BARRIER + """
+run_id, who = sys.argv[1], sys.argv[2]
 for i in range(60):
     _client.retrying(lambda: client.set_tag(run_id, f"t{i}", who))
 """
 
 
 @pytest.mark.slow
-def test_writers_setting_the_same_new_tags_at_once_all_succeed(tracking_uri):
+def test_writers_setting_the_same_new_tags_at_once_all_succeed(tracking_uri, tmp_path):
     # MLflow's SQL store writes a tag by reading, then inserting: two writers of one new tag can
     # both insert, and the loser's insert violates the table's unique key. Seen in CI-like load
     # as a racing suite evaluation exiting 2 while nesting the entries (mlflow.parentRunId).
-    import time
-
     from conftest import REPO
 
     client = MlflowClient()
     experiment = client.create_experiment(os.environ["MLFLOW_EXPERIMENT_NAME"])
     run_id = client.create_run(experiment).info.run_id
-    start = time.time() + 5  # after every process has imported mlflow
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    processes = [subprocess.Popen([sys.executable, "-c", _TAGGER, run_id, str(start), str(w)], env=env,
-                                  stderr=subprocess.PIPE, text=True) for w in range(6)]
+    processes = start_racers(_TAGGER, [[run_id, str(w)] for w in range(6)], tmp_path / "barrier", env=env,
+                             stderr=subprocess.PIPE, text=True)
     for process in processes:
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err

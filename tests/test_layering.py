@@ -68,3 +68,26 @@ def test_exported_members_resolve_and_are_sorted():
 def test_importing_the_package_loads_no_mlflow():
     code = "import sys, mlflow_perfgate; assert 'mlflow' not in sys.modules and 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_every_rules_module_imported_on_its_own_loads_neither_mlflow_nor_torch():
+    """Each module of the rules layer, imported alone in a fresh interpreter (the package's own
+    lazy loading cannot hide a module that imports mlflow or torch at its top)."""
+    names = sorted(f"mlflow_perfgate.rules.{path.stem}" for path in (REPO / "mlflow_perfgate" / "rules").glob("*.py")
+                   if path.stem != "__init__")
+    assert len(names) > 10
+    code = (
+        "import importlib, json, sys\n"
+        "found = {}\n"
+        "for name in sys.argv[1:]:\n"
+        "    before = set(sys.modules)\n"
+        "    importlib.import_module(name)\n"
+        "    found[name] = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('mlflow', 'torch'))\n"
+        "print(json.dumps(found))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    for name in names:  # one interpreter each: a module imported earlier cannot cover for a later one
+        completed = subprocess.run([sys.executable, "-c", code, name], cwd=REPO, env=env, capture_output=True,
+                                   text=True, timeout=120, check=False)
+        assert completed.returncode == 0, completed.stderr
+        assert json.loads(completed.stdout.strip().splitlines()[-1]) == {name: []}, name

@@ -9,7 +9,7 @@ import mlflow_perfgate as pg
 from mlflow_perfgate.cli import main
 from mlflow_perfgate.errors import PerfgateError, PolicyError
 
-from helpers import CANDIDATE, CONDITIONS
+from helpers import AT_BARRIER, CANDIDATE, CONDITIONS, start_racers
 
 EXPERIMENT = "suite-e2e"
 
@@ -302,13 +302,12 @@ thresholds = {{min_valid_runs = 5}}
 
 
 _SUITE_EVALUATOR = """
-import sys, time
+import sys
 from mlflow_perfgate.cli import main
 from mlflow_perfgate.errors import PerfgateError, PolicyError
-start = float(sys.argv[1])
-while time.time() < start:
-    time.sleep(0.005)
-main(["suite", "evaluate", sys.argv[2], "--format", "json"])
+import mlflow_perfgate.suite, mlflow_perfgate.tracking._evaluate  # what the race runs, before the barrier
+""" + AT_BARRIER + """
+main(["suite", "evaluate", sys.argv[1], "--format", "json"])
 """
 
 
@@ -318,8 +317,6 @@ def test_racing_suite_evaluations_write_one_suite_run(sqlite_uri, tmp_path):
     import json
     import os
     import subprocess
-    import sys
-    import time
 
     from conftest import REPO
 
@@ -341,10 +338,9 @@ group = "r-faster"
 name = "same"
 group = "r-same"
 """)
-    start = time.time() + 6  # after every process has imported mlflow
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    processes = [subprocess.Popen([sys.executable, "-c", _SUITE_EVALUATOR, str(start), suite], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    processes = start_racers(_SUITE_EVALUATOR, [[str(suite)] for _ in range(3)], tmp_path / "barrier", env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     outcomes = []
     for process in processes:
         out, err = process.communicate(timeout=300)

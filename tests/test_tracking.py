@@ -126,12 +126,11 @@ def test_stale_and_running_attempts(sqlite_uri):
     result = pg.evaluate_group("g-stale", maximum_failure_rate=0.5)
     assert result["baseline"]["failed_runs"] == 1
     assert result["baseline"]["failure_reasons"][0].startswith("stale")
-    _bare_run("g-stale", "candidate")  # young: still in progress
+    _bare_run("g-stale", "candidate", start_time=int((time.time() - 30) * 1000))  # young: still in progress
     result = pg.evaluate_group("g-stale", maximum_failure_rate=0.5)
     assert (result["decision"], result["reason"]) == ("rerun", "attempts_in_progress")
-    # a shorter stale limit turns it into a failure
-    time.sleep(1.1)
-    result = pg.evaluate_group("g-stale", maximum_failure_rate=0.5, stale_after_s=1)
+    # a stale limit shorter than its 30 s of age turns it into a failure (no sleep against the limit)
+    result = pg.evaluate_group("g-stale", maximum_failure_rate=0.5, stale_after_s=10)
     assert result["reason"] == "declared_thresholds_checked"
     assert result["candidate"]["failed_runs"] == 1
 

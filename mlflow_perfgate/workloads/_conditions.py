@@ -32,6 +32,7 @@ __all__ = [
     "number",
     "parse_bool",
     "parse_choice",
+    "parse_device",
     "parse_float",
     "parse_int",
     "parse_shape",
@@ -106,6 +107,19 @@ def parse_choice(key: str, value: Any, aliases: dict[str, str]) -> str:
         allowed = sorted(set(aliases.values()))
         raise ValueError(f"{key} must be one of {allowed}, got {value!r}")
     return canonical
+
+
+def parse_device(value: Any) -> str:
+    """A device condition as torch names it: ``cpu``, ``cuda`` or ``cuda:N`` (any case, spaces trimmed).
+
+    Raises:
+        ValueError: anything else (the message lists the forms).
+    """
+    text = str(value).strip().lower()
+    kind, _, index = text.partition(":")
+    if kind in ("cpu", "cuda") and (not index or (kind == "cuda" and index.isdigit())):
+        return text
+    raise ValueError(f"device must be one of ['cpu', 'cuda', 'cuda:N'], got {value!r}")
 
 
 def parse_shape(key: str, value: Any, *, ndim: int) -> tuple[int, ...]:

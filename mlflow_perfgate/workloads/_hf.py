@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ._conditions import choice, flag, integer, number, shape
+from ._conditions import choice, flag, integer, number, parse_device, shape
 from ._interface import Workload
 from ._outputs import logits_of, loss_of
 from ._reads import READ_ATTRIBUTE, ConditionReads
@@ -321,9 +321,7 @@ _ADAPTER_KEYS = ("batch_size", "checkpoint", "device", "dtype", "input_shape", "
 
 
 def _device(conditions: dict) -> str:
-    from .tinylm import _parse_device
-
-    return _parse_device(conditions.get("device") if conditions.get("device") is not None else "cpu")
+    return parse_device(conditions.get("device") if conditions.get("device") is not None else "cpu")
 
 
 def _vocab_size(model: torch.nn.Module, config: Any) -> int:

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint as activation_checkpoint
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
-from ._conditions import parse_bool, parse_choice, parse_int, parse_shape
+from ._conditions import parse_bool, parse_choice, parse_device, parse_int, parse_shape
 from ._interface import Workload
 
 __all__ = ["TinyLM", "TinyLMConfig", "TinyLMWorkload", "make_workload"]
@@ -42,7 +42,6 @@ _DTYPES = {
     "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "float": "fp32",
     "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
 }
-_DEVICES = {"cpu": "cpu", "cuda": "cuda"}
 DEFAULT_INPUT_SHAPE = (4, 128)
 
 
@@ -97,21 +96,13 @@ class TinyLMConfig:
             batch_size=batch_size,
             seq_len=seq_len,
             dtype=parse_choice("dtype", get("dtype", "fp32"), _DTYPES),
-            device=_parse_device(get("device", "cpu")),
+            device=parse_device(get("device", "cpu")),
             checkpoint=parse_bool("checkpoint", get("checkpoint", False)),
             num_workers=parse_int("num_workers", get("num_workers", 0)),
             seed=parse_int("seed", get("seed", 0)),
             measurement_method=None if method is None else str(method),
             **optional_counts,
         )
-
-
-def _parse_device(value) -> str:
-    text = str(value).strip().lower()
-    kind, _, index = text.partition(":")
-    if kind in _DEVICES and (not index or (kind == "cuda" and index.isdigit())):
-        return text
-    raise ValueError(f"device must be one of ['cpu', 'cuda', 'cuda:N'], got {value!r}")
 
 
 class CausalSelfAttention(nn.Module):
