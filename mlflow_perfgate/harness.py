@@ -443,13 +443,21 @@ def compare(
 
     # One runner for the whole comparison: with fork, one warm server for all its attempts.
     active, owned = _runner_for(runner, workload, supervised)
+    prepared = None
     try:
         # While the fork runner's server warms up in its own process, this one imports what it
-        # needs later (mlflow, the statistics, the plots): no attempt runs yet, so nothing measured
-        # shares the machine with these imports.
+        # needs later (mlflow, the statistics, the plots) and makes a new SQLite store's tables on
+        # a side file: no attempt runs yet, so nothing measured shares the machine with them.
         from .tracking import TAG, end_run, evaluate_group, group_state, start_attempt, start_comparison, sync, tag_run
+        from .tracking._prepare import prepare_new_store
+        import mlflow
+
+        prepared = prepare_new_store(mlflow.get_tracking_uri())
         _preload_for_decision()
         _check_workload(workload, active, timeout_s)  # before anything is written
+        if prepared is not None:  # the workload is good: the new store may be made now
+            prepared, made = None, prepared
+            made.commit()
         group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         held = group_state(group, experiment_name=experiment_name)
         if held["attempts"] and not resume:
@@ -489,6 +497,8 @@ def compare(
                                              experiment_name=experiment_name, workload=workload,
                                              parent_run_id=parent_run_id, interleave=interleave)
     except BaseException:
+        if prepared is not None:  # refused before anything was written: the side file goes too
+            prepared.discard()
         if owned:
             active.close()
         raise
