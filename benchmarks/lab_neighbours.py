@@ -203,31 +203,42 @@ def candidate_units(effect: float, calibration: dict) -> int:
     return max(0, round(calibration["base_units"] + effect * calibration["base_step_ms"] / calibration["unit_ms"]))
 
 
-def collect(args, calibration: dict) -> list[dict]:
-    """One ``compare`` per (neighbour kind, effect), its attempts as rows."""
+def _new_store(prefix: str) -> None:
+    """A fresh temporary SQLite store for this collection's comparisons."""
     import mlflow
 
+    mlflow.set_tracking_uri(f"sqlite:///{tempfile.mkdtemp(prefix=prefix)}/mlflow.db")
+
+
+def _under_each_kind(args, step_s: float, compares_per_kind: int, rounds: int):
+    """``(kind, neighbours)`` for each kind of ``args.kinds``, its neighbours running (ended after it)."""
+    for kind in args.kinds:
+        horizon = 600 + compares_per_kind * rounds * 20 * (2 * args.steps * step_s + 0.5)
+        with Neighbours(neighbour_plan(kind, step_s), horizon) as hood:
+            yield kind, hood
+
+
+def collect(args, calibration: dict) -> list[dict]:
+    """One ``compare`` per (neighbour kind, effect), its attempts as rows."""
     from mlflow_perfgate.harness import compare
 
-    store = tempfile.mkdtemp(prefix="lab-neighbours-")
-    mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
+    _new_store("lab-neighbours-")
     conditions = {**base_conditions(args), "extra_units": calibration["base_units"], "seed": 0}
     step_s = calibration["base_step_ms"] / 1e3
     rows = []
-    for kind in args.kinds:
-        horizon = 600 + len(args.effects) * args.rounds * 20 * (2 * args.steps * step_s + 0.5)
-        with Neighbours(neighbour_plan(kind, step_s), horizon) as hood:
-            for effect in args.effects:
-                change = {"seed": 1} if effect == 0 else {"extra_units": candidate_units(effect, calibration)}
-                before, started = loadavg(), time.monotonic()
-                result = compare(WORKLOAD, conditions, change, attempts=args.rounds, progress=False,
-                                 interleave="steps", method="paired", group=f"lab-{kind}-{effect:+.2f}",
-                                 env_mismatch="ignore", runner="fork", threads=args.threads)
-                hood.check()
-                wall_s, after = time.monotonic() - started, loadavg()
-                print(f"{kind:6} effect {effect:+.2f}: {args.rounds} rounds in {wall_s:.0f} s, load "
-                      f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
-                rows += _rows_of(result, kind, effect, wall_s, (before + after) / 2)
+    for kind, hood in _under_each_kind(args, step_s, len(args.effects), args.rounds):
+        for effect in args.effects:
+            change = {"seed": 1} if effect == 0 else {"extra_units": candidate_units(effect, calibration)}
+            before, started = loadavg(), time.monotonic()
+            result = compare(WORKLOAD, conditions, change, attempts=args.rounds, progress=False,
+                             interleave="steps", method="paired", group=f"lab-{kind}-{effect:+.2f}",
+                             env_mismatch="ignore", runner="fork", threads=args.threads,
+                             allow_undecidable=True)  # the lab judges windows of these rounds itself
+            hood.check()
+            wall_s, after = time.monotonic() - started, loadavg()
+            print(f"{kind:6} effect {effect:+.2f}: {args.rounds} rounds in {wall_s:.0f} s, load "
+                  f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
+            rows += _rows_of(result, kind, effect, wall_s, (before + after) / 2)
     return rows
 
 
@@ -250,31 +261,26 @@ def collect_validity(args, calibration: dict) -> list[dict]:
     ``shape`` (``noise_lab_workload.SHAPES``), so its truth is known per step: every shape here is
     slower in its typical or its mean step beyond the 5% margin, and none may be accepted.
     """
-    import mlflow
-
     from mlflow_perfgate.harness import compare
 
-    store = tempfile.mkdtemp(prefix="lab-validity-")
-    mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
+    _new_store("lab-validity-")
     step_units = round(calibration["base_step_ms"] / calibration["unit_ms"])
     conditions = {**base_conditions(args), "extra_units": calibration["base_units"], "seed": 0, "shape": "none",
                   "step_units": step_units}
     step_s = calibration["base_step_ms"] / 1e3
     rows = []
-    for kind in args.kinds:
-        horizon = 600 + len(args.shapes) * args.rounds * 20 * (2 * args.steps * step_s + 0.5)
-        with Neighbours(neighbour_plan(kind, step_s), horizon) as hood:
-            for shape in args.shapes:
-                before, started = loadavg(), time.monotonic()
-                result = compare(WORKLOAD, conditions, {"shape": shape}, attempts=args.rounds, progress=False,
-                                 interleave="steps", method="paired", group=f"validity-{kind}-{shape}",
-                                 env_mismatch="ignore", runner="fork", threads=args.threads, mode="non_regression",
-                                 margin=MARGIN)
-                hood.check()
-                wall_s, after = time.monotonic() - started, loadavg()
-                print(f"{kind:6} shape {shape:10}: {args.rounds} rounds in {wall_s:.0f} s, load "
-                      f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
-                rows += _rows_of(result, kind, shape, wall_s, (before + after) / 2)
+    for kind, hood in _under_each_kind(args, step_s, len(args.shapes), args.rounds):
+        for shape in args.shapes:
+            before, started = loadavg(), time.monotonic()
+            result = compare(WORKLOAD, conditions, {"shape": shape}, attempts=args.rounds, progress=False,
+                             interleave="steps", method="paired", group=f"validity-{kind}-{shape}",
+                             env_mismatch="ignore", runner="fork", threads=args.threads, mode="non_regression",
+                             margin=MARGIN, allow_undecidable=True)  # judged in windows, as above
+            hood.check()
+            wall_s, after = time.monotonic() - started, loadavg()
+            print(f"{kind:6} shape {shape:10}: {args.rounds} rounds in {wall_s:.0f} s, load "
+                  f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
+            rows += _rows_of(result, kind, shape, wall_s, (before + after) / 2)
     return rows
 
 
@@ -287,38 +293,33 @@ def collect_decisive(args, calibration: dict) -> list[dict]:
     row is one comparison: its wall time (``compare``'s own, server start included), the rounds it
     used, the measured step time they hold, and its decision.
     """
-    import mlflow
-
     from mlflow_perfgate.harness import compare
 
-    store = tempfile.mkdtemp(prefix="lab-decisive-")
-    mlflow.set_tracking_uri(f"sqlite:///{store}/mlflow.db")
+    _new_store("lab-decisive-")
     conditions = {**base_conditions(args), "extra_units": calibration["base_units"], "seed": 0}
     step_s = calibration["base_step_ms"] / 1e3
     rows = []
-    for kind in args.kinds:
-        horizon = 600 + 2 * args.decisive_repeats * args.decisive_max * 20 * (2 * args.steps * step_s + 0.5)
-        with Neighbours(neighbour_plan(kind, step_s), horizon) as hood:
-            for effect in (-0.15, 0.15):
-                mode = "improvement" if effect < 0 else "non_regression"
-                change = {"extra_units": candidate_units(effect, calibration)}
-                for repeat in range(args.decisive_repeats):
-                    before, started = loadavg(), time.monotonic()
-                    result = compare(WORKLOAD, conditions, change, attempts=args.decisive_start, progress=False,
-                                     interleave="steps", method="paired", latency="p10", mode=mode,
-                                     margin=MARGIN, min_improvement=MIN_IMPROVEMENT, until_decisive=True,
-                                     max_attempts=args.decisive_max, group=f"decisive-{kind}-{effect:+.2f}-{repeat}",
-                                     env_mismatch="ignore", runner="fork", threads=args.threads)
-                    hood.check()
-                    wall_s, after = time.monotonic() - started, loadavg()
-                    ok = [a for a in result["attempts"] if a.get("state") == "ok"]
-                    measured_s = sum(a["step_mean_ms"] * args.steps for a in ok if a.get("step_mean_ms")) / 1e3
-                    rounds = len({a.get("pair") for a in result["attempts"]})
-                    print(f"{kind:6} effect {effect:+.2f} #{repeat}: {rounds} rounds, {wall_s:.1f} s "
-                          f"({measured_s:.1f} s measured), decided {result['decision']}", file=sys.stderr)
-                    rows.append({"kind": kind, "effect": effect, "mode": mode, "decision": result["decision"],
-                                 "reason": result.get("reason"), "rounds": rounds, "wall_s": wall_s,
-                                 "measured_s": measured_s, "load": (before + after) / 2})
+    for kind, hood in _under_each_kind(args, step_s, 2 * args.decisive_repeats, args.decisive_max):
+        for effect in (-0.15, 0.15):
+            mode = "improvement" if effect < 0 else "non_regression"
+            change = {"extra_units": candidate_units(effect, calibration)}
+            for repeat in range(args.decisive_repeats):
+                before, started = loadavg(), time.monotonic()
+                result = compare(WORKLOAD, conditions, change, attempts=args.decisive_start, progress=False,
+                                 interleave="steps", method="paired", latency="p10", mode=mode,
+                                 margin=MARGIN, min_improvement=MIN_IMPROVEMENT, until_decisive=True,
+                                 max_attempts=args.decisive_max, group=f"decisive-{kind}-{effect:+.2f}-{repeat}",
+                                 env_mismatch="ignore", runner="fork", threads=args.threads)
+                hood.check()
+                wall_s, after = time.monotonic() - started, loadavg()
+                ok = [a for a in result["attempts"] if a.get("state") == "ok"]
+                measured_s = sum(a["step_mean_ms"] * args.steps for a in ok if a.get("step_mean_ms")) / 1e3
+                rounds = len({a.get("pair") for a in result["attempts"]})
+                print(f"{kind:6} effect {effect:+.2f} #{repeat}: {rounds} rounds, {wall_s:.1f} s "
+                      f"({measured_s:.1f} s measured), decided {result['decision']}", file=sys.stderr)
+                rows.append({"kind": kind, "effect": effect, "mode": mode, "decision": result["decision"],
+                             "reason": result.get("reason"), "rounds": rounds, "wall_s": wall_s,
+                             "measured_s": measured_s, "load": (before + after) / 2})
     return rows
 
 
