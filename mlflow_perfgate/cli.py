@@ -54,11 +54,12 @@ def reads_only(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from mlflow_perfgate.tracking._store import read_only, refused_server_problem
+        from mlflow_perfgate.tracking._probe import ensure_reachable
+        from mlflow_perfgate.tracking._store import read_only
 
-        problem = refused_server_problem(os.environ.get("MLFLOW_TRACKING_URI"))  # before MLflow's import
-        if problem:
-            _fail(problem)
+        # A dead or silent server is one line before MLflow's import; what the probe found is
+        # remembered, so the client does not ask again.
+        ensure_reachable(os.environ.get("MLFLOW_TRACKING_URI") or "")
         with read_only():  # checked by the client, after the command's own input (the URI MLflow resolves)
             return func(*args, **kwargs)
 

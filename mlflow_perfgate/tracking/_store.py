@@ -7,8 +7,6 @@ would create anything.
   points ``mlflow.tracking_store``), as MLflow's own store registry knows them.
 - :func:`read_only` and :func:`require_existing_store`: a command that only reads never creates a
   store: a SQLite file or a file store's folder that does not exist is refused, in one line.
-- :func:`refused_server_problem`: a tracking server whose port refuses the connection, said before
-  MLflow's import (a command that only reads has nothing to keep for later).
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import contextlib
 import contextvars
 import difflib
 import os
-import socket
 import urllib.parse
 import urllib.request
 from typing import Iterable
@@ -25,8 +22,8 @@ from typing import Iterable
 from ..errors import InputError
 from ._redact import redact_uri
 
-__all__ = ["BUILTIN_SCHEMES", "local_store_path", "read_only", "refused_server_problem", "require_existing_store",
-           "scheme_problem", "store_scheme", "unknown_scheme_text"]
+__all__ = ["BUILTIN_SCHEMES", "local_store_path", "read_only", "require_existing_store", "scheme_problem",
+           "store_scheme", "unknown_scheme_text"]
 
 #: The schemes MLflow's tracking store registry holds without plugins ("" is a plain path: a file store).
 BUILTIN_SCHEMES = ("", "databricks", "databricks-uc", "file", "http", "https", "mssql", "mysql", "postgresql",
@@ -129,30 +126,3 @@ def require_existing_store(uri: str) -> None:
                      "and creates no store (nothing was created): check MLFLOW_TRACKING_URI and the working directory "
                      "(sqlite:///mlflow.db is the mlflow.db of the current directory)")
 
-
-def refused_server_problem(uri: str | None, timeout_s: float = 1.0) -> str | None:
-    """Why an ``http(s)`` tracking server cannot be reached, where its port refuses at once; else ``None``.
-
-    Only a refused (or unroutable) connection is said here, the same words as the client's probe
-    (``_client.ensure_reachable``); anything slower (no answer, a timeout) and any URI reached
-    through a proxy (``HTTP(S)_PROXY``) is left to the client, which knows them.
-    """
-    if not uri:
-        return None
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        return None
-    if urllib.request.getproxies() and not urllib.request.proxy_bypass(parts.hostname):
-        return None
-    try:
-        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
-    except ValueError:  # a malformed port: the client says it
-        return None
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
-            return None
-    except (ConnectionRefusedError, socket.gaierror, OSError) as exc:
-        if isinstance(exc, (TimeoutError, socket.timeout)):
-            return None
-        return (f"{redact_uri(uri)} could not be reached ({exc}); check that the server is up and "
-                "MLFLOW_TRACKING_URI is right")
