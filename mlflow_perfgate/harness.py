@@ -443,21 +443,9 @@ def compare(
 
     # One runner for the whole comparison: with fork, one warm server for all its attempts.
     active, owned = _runner_for(runner, workload, supervised)
-    prepared = None
     try:
-        # While the fork runner's server warms up in its own process, this one imports what it
-        # needs later (mlflow, the statistics, the plots) and makes a new SQLite store's tables on
-        # a side file: no attempt runs yet, so nothing measured shares the machine with them.
         from .tracking import TAG, end_run, evaluate_group, group_state, start_attempt, start_comparison, sync, tag_run
-        from .tracking._prepare import prepare_new_store
-        import mlflow
-
-        prepared = prepare_new_store(mlflow.get_tracking_uri())
-        _preload_for_decision()
-        _check_workload(workload, active, timeout_s)  # before anything is written
-        if prepared is not None:  # the workload is good: the new store may be made now
-            prepared, made = None, prepared
-            made.commit()
+        _ready_store_while_warming(workload, active, timeout_s)  # the workload checked before anything is written
         group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         held = group_state(group, experiment_name=experiment_name)
         if held["attempts"] and not resume:
@@ -497,8 +485,6 @@ def compare(
                                              experiment_name=experiment_name, workload=workload,
                                              parent_run_id=parent_run_id, interleave=interleave)
     except BaseException:
-        if prepared is not None:  # refused before anything was written: the side file goes too
-            prepared.discard()
         if owned:
             active.close()
         raise
@@ -667,6 +653,33 @@ def _preload_for_decision() -> None:
 
     preload_step_quantile()
     preload_plotting()
+
+
+def _ready_store_while_warming(workload: str, runner: Any, timeout_s: float) -> None:
+    """What a comparison or a pipeline does while the fork runner's server warms up, then the workload's check.
+
+    This process imports what it needs later (mlflow, the statistics, the plots) and makes a new
+    SQLite store's tables on a side file (``tracking/_prepare``): no attempt runs yet, so nothing
+    measured shares the machine with them. The side file becomes the store only once the
+    workload is found good; refused, it goes, and nothing was written.
+
+    Raises:
+        InputError: see :func:`_check_workload`.
+    """
+    import mlflow
+
+    from .tracking._prepare import prepare_new_store
+
+    prepared = prepare_new_store(mlflow.get_tracking_uri())
+    try:
+        _preload_for_decision()
+        _check_workload(workload, runner, timeout_s)
+    except BaseException:
+        if prepared is not None:
+            prepared.discard()
+        raise
+    if prepared is not None:
+        prepared.commit()
 
 
 def _check_workload(workload: str, runner: Any, timeout_s: float) -> None:
@@ -985,7 +998,7 @@ def pipeline(
     # One runner for the diagnosis and the comparison: with fork, one warm server forks the
     # diagnosis's child and every attempt's, and it warms up while this process imports mlflow.
     with _runner_scope(runner, workload, supervised) as active:
-        _preload_for_decision()
+        _ready_store_while_warming(workload, active, timeout_s)  # a new store's tables, during the warm-up
         parent = os.environ.get("MLFLOW_RUN_ID") or None
         chosen_objective = evaluate_kwargs.pop("objective", None)
         report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,

@@ -72,3 +72,19 @@ def test_a_store_made_meanwhile_is_never_replaced(tmp_path):
     assert made.commit() is True and os.path.getsize(tmp_path / "made.db") > 0
     assert [e.name for e in MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/made.db").search_experiments()] == [
         "Default"]
+
+
+def test_a_pipeline_on_a_new_store_makes_it_once_its_workload_is_found_good(tmp_path, monkeypatch):
+    from mlflow_perfgate.harness import pipeline
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/m.db")
+    with pytest.raises(InputError, match="no callable 'no_such_factory'"):
+        pipeline("tests.workloads_fixtures.hostile:no_such_factory", FIXED, attempts=2, supervised=False,
+                 progress=False)
+    assert list(tmp_path.iterdir()) == []  # refused: no store, no side file
+    conditions = {"input_shape": "2,16", "steps": 2, "warmup": 1}
+    out = pipeline("tinylm", conditions, attempts=2, steps=2, supervised=False, progress=False, min_valid_runs=2,
+                   fallback_change={"checkpoint": True}, allow_undecidable=True)
+    assert out["decision"] is not None
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "mlruns") == ["m.db"]
