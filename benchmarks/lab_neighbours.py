@@ -284,6 +284,64 @@ def collect_validity(args, calibration: dict) -> list[dict]:
     return rows
 
 
+def collect_threads(args, calibration: dict) -> list[dict]:
+    """A change of process-wide state, torch's threads (1 -> 2, set by the factory), by each interleaving.
+
+    The truth is what whole attempts measure (``--interleave attempts``: one process per attempt,
+    nothing shared); step interleaving shares one process between the arms and must measure the
+    same (each arm's threads re-applied before each of its steps). Per kind, one comparison of
+    ``--threads-rounds`` rounds in each mode.
+    """
+    from mlflow_perfgate.harness import compare
+
+    _new_store("lab-threads-")
+    conditions = {**base_conditions(args), "extra_units": calibration["base_units"], "seed": 0, "threads_set": 1}
+    step_s = calibration["base_step_ms"] / 1e3
+    rows = []
+    for kind, hood in _under_each_kind(args, step_s, 2, args.threads_rounds):
+        for interleave in ("attempts", "steps"):
+            before, started = loadavg(), time.monotonic()
+            result = compare(WORKLOAD, conditions, {"threads_set": 2}, attempts=args.threads_rounds, progress=False,
+                             interleave=interleave, method="paired", latency="p10",
+                             group=f"threads-{kind}-{interleave}", env_mismatch="ignore", runner="fork", threads=1,
+                             allow_undecidable=True)
+            hood.check()
+            wall_s, after = time.monotonic() - started, loadavg()
+            print(f"{kind:6} threads 1 -> 2, {interleave:8}: {args.threads_rounds} rounds in {wall_s:.0f} s, load "
+                  f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
+            rows += [{**row, "decision": result["decision"]}
+                     for row in _rows_of(result, kind, f"threads:{interleave}", wall_s, (before + after) / 2)]
+    return rows
+
+
+def report_threads(rows: list[dict], kinds) -> str:
+    """Per kind: the candidate/baseline ratio of p10 and mean step by interleaving, and the decisions."""
+    lines = ["## A change of threads (1 -> 2, set by the factory): step interleaving against whole attempts\n",
+             "| kind | p10 ratio, attempts (truth) | p10 ratio, steps | mean-step ratio, attempts | mean-step ratio, "
+             "steps | decision, attempts | decision, steps | load |", "|---|---|---|---|---|---|---|---|"]
+    for kind in kinds:
+        cells = {}
+        for mode in ("attempts", "steps"):
+            cell = [r for r in rows if r["kind"] == kind and r["effect"] == f"threads:{mode}"]
+            if not cell:
+                continue
+            by_pair = defaultdict(dict)
+            for row in cell:
+                if row["ok"]:
+                    by_pair[row["pair"]][row["arm"]] = row
+            pairs = [p for p, arms in by_pair.items() if len(arms) == 2]
+            ratio = {key: statistics.median(by_pair[p]["candidate"][key] / by_pair[p]["baseline"][key] for p in pairs)
+                     for key in ("step_p10_ms", "step_mean_ms")} if pairs else {}
+            cells[mode] = (ratio, cell[0]["decision"], statistics.fmean(r["load"] for r in cell))
+        if len(cells) < 2:
+            continue
+        (ra, da, la), (rs, ds, ls) = cells["attempts"], cells["steps"]
+        figures = [f"{r.get(key, float('nan')):.3f}" for key in ("step_p10_ms", "step_mean_ms") for r in (ra, rs)]
+        lines.append(f"| {kind} | {figures[0]} | {figures[1]} | {figures[2]} | {figures[3]} | {da} | {ds} | "
+                     f"{(la + ls) / 2:.2f} |")
+    return "\n".join(lines)
+
+
 def collect_decisive(args, calibration: dict) -> list[dict]:
     """``compare --until-decisive`` at the recommended configuration, from the fewest rounds that can decide.
 
@@ -559,8 +617,10 @@ def main(argv=None) -> int:
     parser.add_argument("--probe-units", type=int, default=40)
     parser.add_argument("--sections", type=lambda t: t.split(","), default=["effects"],
                         help="what to collect: effects (the rates), validity (shape-changing candidates), "
-                             "decisive (--until-decisive to a decision); comma-separated")
+                             "threads (a change of torch threads, by interleaving), decisive (--until-decisive "
+                             "to a decision); comma-separated")
     parser.add_argument("--shapes", type=lambda t: t.split(","), default=list(VALIDITY_TRUTH))
+    parser.add_argument("--threads-rounds", type=int, default=10, help="rounds per interleaving (threads)")
     parser.add_argument("--decisive-start", type=int, default=6, help="rounds before the first look")
     parser.add_argument("--decisive-max", type=int, default=20)
     parser.add_argument("--decisive-repeats", type=int, default=3)
@@ -573,7 +633,8 @@ def main(argv=None) -> int:
             saved = json.load(handle)
         rows, calibration = saved["rows"], saved["calibration"]
         validity, decisive = saved.get("validity", []), saved.get("decisive", [])
-        seen = rows + validity + decisive
+        threads = saved.get("threads", [])
+        seen = rows + validity + decisive + threads
         kinds = [k for k in args.kinds if any(r["kind"] == k for r in seen)]
     else:
         started = time.monotonic()
@@ -581,20 +642,23 @@ def main(argv=None) -> int:
         print(f"calibration: {json.dumps(calibration)}", file=sys.stderr)
         rows = collect(args, calibration) if "effects" in args.sections else []
         validity = collect_validity(args, calibration) if "validity" in args.sections else []
+        threads = collect_threads(args, calibration) if "threads" in args.sections else []
         decisive = collect_decisive(args, calibration) if "decisive" in args.sections else []
         kinds = args.kinds
-        print(f"collected {len(rows) + len(validity)} attempts and {len(decisive)} decisive comparisons in "
+        print(f"collected {len(rows) + len(validity) + len(threads)} attempts and {len(decisive)} decisive comparisons in "
               f"{time.monotonic() - started:.0f} s", file=sys.stderr)
         if args.out:
             with open(args.out, "w") as handle:
                 json.dump({"calibration": calibration, "rows": rows, "validity": validity, "decisive": decisive,
-                           "args": vars(args)}, handle)
+                           "threads": threads, "args": vars(args)}, handle)
     print(f"calibration: TinyLM step {calibration['step_ms']:.2f} ms, unit {calibration['unit_ms']:.4f} ms, "
           f"baseline step {calibration['base_step_ms']:.2f} ms ({calibration['base_units']} units)")
     if rows:
         print(report(analyse(rows, args.sizes), kinds, args.sizes))
     if validity:
         print(report_validity(analyse(validity, args.sizes), kinds, args.sizes))
+    if threads:
+        print(report_threads(threads, kinds))
     if decisive:
         print(report_decisive(decisive, kinds))
     return 0

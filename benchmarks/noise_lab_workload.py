@@ -89,7 +89,8 @@ def make(conditions: dict) -> ExtraWorkTinyLM:
         conditions: TinyLM's conditions (see ``mlflow_perfgate.workloads.tinylm.make_workload``)
             plus ``extra_units`` (int >= 0, default 0: plain TinyLM), ``unit_size`` (int >= 1,
             default 128), ``shape`` (one of :data:`SHAPES`, default ``none``) and ``step_units``
-            (the extra units that cost one plain step, for the shapes).
+            (the extra units that cost one plain step, for the shapes); ``threads_set`` (int >= 1:
+            the factory calls ``torch.set_num_threads``; 0, the default, leaves the attempt's).
 
     Raises:
         ValueError: a condition has a bad value (the message names it).
@@ -99,6 +100,9 @@ def make(conditions: dict) -> ExtraWorkTinyLM:
     shape = str(conditions.get("shape", "none"))
     if shape not in SHAPES:
         raise ValueError(f"shape must be one of {sorted(SHAPES)}, got {shape!r}")
+    threads = integer(conditions, "threads_set", 0, minimum=0)
+    if threads:  # process-wide state a factory sets: step interleaving must give each arm its own
+        torch.set_num_threads(threads)
     return ExtraWorkTinyLM(TinyLMConfig.from_conditions(conditions), units, size, shape=shape,
                            step_units=integer(conditions, "step_units", 0, minimum=0),
                            warmup=integer(conditions, "warmup", 2, minimum=0))

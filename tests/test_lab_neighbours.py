@@ -120,3 +120,16 @@ def test_the_decisive_report_gives_medians_per_cell():
             for d, r, w, m in (("accept", 6, 9.0, 3.0), ("accept", 8, 12.0, 4.0), ("rerun", 20, 30.0, 10.0))]
     text = lab.report_decisive(rows, ["quiet"])
     assert "| quiet | -0.15 | improvement | 2/3 | 1 | 8 | 12.0 | 4.0 | 3.00 | 1.00 |" in text
+
+
+def test_the_threads_report_sets_each_interleaving_beside_the_truth():
+    rows = []
+    for mode, factor in (("attempts", 0.75), ("steps", 0.78)):
+        for row in _rows("quiet", factor - 1, rounds=4, seed=5):
+            rows.append({**row, "effect": f"threads:{mode}", "decision": "accept"})
+    text = lab.report_threads(rows, ["quiet"])
+    line = next(line for line in text.splitlines() if line.startswith("| quiet |"))
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    assert float(cells[1]) == pytest.approx(0.75, abs=0.02) and float(cells[2]) == pytest.approx(0.78, abs=0.02)
+    assert cells[5:7] == ["accept", "accept"]
+    assert "| duty |" not in lab.report_threads(rows, ["quiet", "duty"])  # a kind not collected is left out
