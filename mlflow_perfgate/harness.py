@@ -246,7 +246,13 @@ def check_quality_gate_can_fail(quality: Any, quality_tolerance: float) -> None:
     Raises:
         InputError: the baseline's quality is positive and at most the tolerance.
     """
-    if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not math.isfinite(quality):
+    if quality is None or isinstance(quality, bool):
+        return
+    try:  # numpy, pandas and torch scalars as Python numbers
+        quality, quality_tolerance = float(quality), float(quality_tolerance)
+    except (TypeError, ValueError):
+        return
+    if not math.isfinite(quality):
         return
     if 0 < quality <= quality_tolerance:
         raise InputError(

@@ -120,8 +120,14 @@ def test_check_quality_gate_can_fail():
         check_quality_gate_can_fail(0.004, 0.01)
     with pytest.raises(InputError):
         check_quality_gate_can_fail(0.01, 0.01)  # only a candidate below zero could fail it
-    for quality in (0.5, 0.0100001, 0.0, -2.3, float("nan"), None, True):
+    for quality in (0.5, 0.0100001, 0.0, -2.3, float("nan"), None, True, "x"):
         check_quality_gate_can_fail(quality, 0.01)  # a gate that can fail, or nothing known
+    import numpy as np
+    import torch
+
+    for scalar in (np.float32(0.004), np.float64(0.004), torch.tensor(0.004)):  # as scientific Python hands it
+        with pytest.raises(InputError, match="could not fail"):
+            check_quality_gate_can_fail(scalar, np.float64(0.01))
 
 
 def test_a_quality_gate_that_cannot_fail_stops_the_comparison_at_the_first_baseline(sqlite_uri, capsys):
