@@ -554,9 +554,7 @@ def evaluate(group, experiment, stale_after, output_format, **kwargs):
 @reads_only
 def decisions(experiment, group, suite_name, output_format):
     """List decision runs, newest first."""
-    from mlflow_perfgate.tracking import decisions as query
-
-    frame = query(experiment_name=experiment, group=group, suite=suite_name)
+    frame = _decisions_frame(experiment, group, suite_name)
     if output_format == "json":
         click.echo(frame.to_json(orient="records", date_format="iso", indent=2))  # lists as JSON arrays
     elif output_format == "csv":
@@ -574,6 +572,20 @@ def decisions(experiment, group, suite_name, output_format):
         shown = frame[columns].assign(failed_checks=frame["failed_checks"].map(lambda names: ", ".join(names) or "-"),
                                       start_time=frame["start_time"].dt.strftime("%Y-%m-%d %H:%M:%S"))
         click.echo(shown.rename(columns={"reason_text": "why"}).to_string(index=False, max_colwidth=48))
+
+
+def _decisions_frame(experiment, group, suite_name):
+    """``tracking.decisions``; a local SQLite store is read without importing MLflow (about 2 s less)."""
+    from mlflow_perfgate.tracking._decision_frame import check_decision_filters, frame_of
+    from mlflow_perfgate.tracking._sqlite_decisions import decision_records, default_uri
+
+    check_decision_filters(group, suite_name)
+    records = decision_records(default_uri(), experiment, group, suite_name)
+    if records is not None:
+        return frame_of(records, group, suite_name)
+    from mlflow_perfgate.tracking import decisions as query
+
+    return query(experiment_name=experiment, group=group, suite=suite_name)
 
 
 @cli.command()

@@ -20,35 +20,13 @@ from ..rules._errors import StoreRefused, StoreUnavailable
 from ..rules._registry import METHODS, OBJECTIVES
 from . import _client, _report, _views
 from ._environment import process_alive, process_identity
+from ._decision_frame import ARM_FIGURES, arm_figure_names, figure_names
 from ._group import AttemptView
 from ._schema import (ARMS, KIND_DECISION, KIND_SUITE, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit,
                       group_key)
 
 __all__ = ["ARM_FIGURES", "claim", "decision_key", "decision_target", "figure_names", "reparent", "summary_metrics",
            "verdict_name", "wait_for", "write_decision"]
-
-#: The per-arm figures every decision run logs, as ``<arm>_<figure>`` metrics.
-ARM_FIGURES = ("median_ms", "p95_ms", "failure_rate", "quality", "valid_runs", "failed_runs", "attempted_runs",
-               "contended_runs")
-
-
-def _arm_figure_names() -> list[str]:
-    names = list(ARM_FIGURES)
-    for name in OBJECTIVES:
-        names += [figure.name for figure in OBJECTIVES[name].arm_figures]
-    return list(dict.fromkeys(names))
-
-
-def figure_names() -> list[str]:
-    """Every metric a decision run may hold, in a stable order: arm figures, objectives', methods'."""
-    names = [arm_metric(arm, key) for key in _arm_figure_names() for arm in ARMS]
-    for name in OBJECTIVES:
-        names += [figure.metric_name for figure in OBJECTIVES[name].figures]
-    for name in METHODS:
-        names += [figure.metric_name for figure in METHODS[name].figures if figure.metric_name]
-    names.append("recommended_attempts")
-    return list(dict.fromkeys(names))
-
 
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -67,7 +45,7 @@ def summary_metrics(result: dict) -> dict[str, float]:
             metrics.setdefault(name, number)
 
     for arm in ARMS:
-        for key in _arm_figure_names():
+        for key in arm_figure_names():
             put(arm_metric(arm, key), result[arm].get(key))
     objective = OBJECTIVES[result["objective"]] if result.get("objective") in OBJECTIVES else None
     for figure in objective.figures if objective else ():

@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..rules._errors import InputError
-from ..rules._records import REASONS
 from . import _client
-from ._decision_run import figure_names
+from ._decision_frame import RunRecord, check_decision_filters, decision_columns, frame_of
 from ._group import _quoted_filter, group_filter, load
-from ._schema import KIND_DECISION, PARAM, TAG
+from ._schema import KIND_DECISION, TAG
 
 __all__ = ["attempts_since", "decision_columns", "decisions"]
-
-_LABELS = ["group", "decision", "reason", "failed_checks", "reason_text", "objective", "method", "mode", "latency",
-           "p_value_method", "changed_variable", "baseline_value", "candidate_value", "suite", "suite_entry",
-           "suite_decision"]
 
 
 def suite_filter(suite: str) -> str:
     """The filter of the decision runs a suite judged last (its name quoted where MLflow's parser reads it back)."""
     text = _quoted_filter([(TAG.KIND, KIND_DECISION), (TAG.SUITE, suite)])
     return text if text is not None else f"tags.\"{TAG.KIND}\" = '{KIND_DECISION}'"  # compared in full below
-
-
-def decision_columns() -> list[str]:
-    """The columns of :func:`decisions`: labels, every figure the registries declare, then the run's ids."""
-    return [*_LABELS, *figure_names(), "run_id", "experiment_id", "start_time"]
 
 
 def decisions(experiment_name: str | None = None, group: str | None = None, suite: str | None = None) -> pd.DataFrame:
@@ -45,61 +34,36 @@ def decisions(experiment_name: str | None = None, group: str | None = None, suit
         the deciding method's p-value where the method names it, the paired method's ``"exact"``
         or ``"t-test on the log ratios (...)"``, else ``None``; figures as floats, NaN where the
         decision has none); empty, with those columns, when there is none.
+
+    A local SQLite store is read directly (``_sqlite_decisions``: the same rows, in a fraction of
+    the time); any other store, or one that reader cannot answer for, through MLflow's client.
     """
+    import mlflow
+
+    from ._sqlite_decisions import decision_records
+
+    check_decision_filters(group, suite)
+    records = decision_records(mlflow.get_tracking_uri(), experiment_name, group, suite)
+    if records is None:
+        records = mlflow_decision_records(experiment_name, group, suite)
+    return frame_of(records, group, suite)
+
+
+def mlflow_decision_records(experiment_name: str | None, group: str | None, suite: str | None) -> list[RunRecord]:
+    """The decision runs (of ``group`` / ``suite``), newest first, through MLflow's client (any store)."""
+    check_decision_filters(group, suite)
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
-    if suite is not None and (not isinstance(suite, str) or not suite):
-        raise InputError(f"suite must be a non-empty string, got {suite!r}")
     if group is None and suite is not None:
         filter_string = suite_filter(suite)
     elif group is None:
         filter_string = f"tags.\"{TAG.KIND}\" = '{KIND_DECISION}'"
     else:
-        if not isinstance(group, str) or not group:
-            raise InputError(f"group must be a non-empty string, got {group!r}")
         filter_string = group_filter(group)
     runs = _client.search_all(mlflow_client, [experiment_id], filter_string,
                               order_by=["attributes.start_time DESC"])
-    figures = figure_names()
-    rows = []
-    for run in runs:
-        tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
-        if tags.get(TAG.KIND) != KIND_DECISION or TAG.DECISION not in tags:
-            continue
-        if group is not None and tags.get(TAG.GROUP) != group:
-            continue
-        if suite is not None and tags.get(TAG.SUITE) != suite:
-            continue
-        rows.append({
-            "group": tags.get(TAG.GROUP),
-            "decision": tags[TAG.DECISION],
-            "reason": tags.get(TAG.REASON),
-            "failed_checks": [c for c in tags.get(TAG.FAILED_CHECKS, "").split(",") if c],
-            # decisions written before the reason in words was kept: the reason's one line
-            "reason_text": tags.get(TAG.REASON_TEXT) or REASONS.get(tags.get(TAG.REASON), tags.get(TAG.REASON)),
-            "objective": tags.get(TAG.OBJECTIVE, "latency"),
-            "method": tags.get(TAG.METHOD, "seed"),
-            "mode": tags.get(TAG.MODE, "improvement"),
-            # the latency figure judged (raw, uncontended, fastest, p10); decisions written before the
-            # option existed judged the raw one
-            "latency": tags.get(TAG.LATENCY, "raw"),
-            # the test behind the deciding method's p-value where it names one (paired: "exact", "t-test on ...")
-            "p_value_method": params.get(PARAM.of("p_value_method")),
-            # the first release wrote these params without the perfgate. namespace
-            "changed_variable": params.get(PARAM.CHANGED_VARIABLE) or params.get("changed_variable") or None,
-            "baseline_value": params.get(PARAM.BASELINE_VALUE) or params.get("baseline_value") or None,
-            "candidate_value": params.get(PARAM.CANDIDATE_VALUE) or params.get("candidate_value") or None,
-            "suite": tags.get(TAG.SUITE), "suite_entry": tags.get(TAG.SUITE_ENTRY),
-            "suite_decision": tags.get(TAG.SUITE_DECISION),
-            **{name: metrics.get(name, float("nan")) for name in figures},
-            "run_id": run.info.run_id,
-            "experiment_id": run.info.experiment_id,
-            "start_time": pd.Timestamp(run.info.start_time, unit="ms", tz="UTC"),
-        })
-    frame = pd.DataFrame(rows, columns=decision_columns())
-    # the same dtypes whether or not any decision was found (an empty frame's are object)
-    return frame.astype({**{name: "float64" for name in figures}, "start_time": "datetime64[ns, UTC]"})
-
+    return [RunRecord(run_id=run.info.run_id, experiment_id=run.info.experiment_id, start_time=run.info.start_time,
+                      tags=run.data.tags, params=run.data.params, metrics=run.data.metrics) for run in runs]
 
 
 def attempts_since(decision_run_id: str, group: str, experiment_name: str | None = None) -> dict:
