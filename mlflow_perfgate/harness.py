@@ -8,6 +8,7 @@ rules through ``evaluate_group``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -330,14 +331,54 @@ def _outcome(result, conditions: dict) -> dict:
     )
 
 
-def _finish(started, result, conditions: dict) -> str | None:
+def _finish(started, result, conditions: dict, mem_estimate_from: str | None = None) -> str | None:
     from .tracking import AttemptDeferred
 
     try:
-        return started.finish(**_outcome(result, conditions))
+        return started.finish(**_outcome(result, conditions), mem_estimate_from=mem_estimate_from)
     except AttemptDeferred as exc:
         print(f"warning: {exc}", file=sys.stderr)
         return None
+
+
+class _MemoryCarrier:
+    """Each arm's CPU memory estimate, made once per comparison where nothing judges it (issue 26).
+
+    On the CPU the memory record is an estimate computed from the conditions (the bytes of the
+    parameters, gradients and optimizer state, and of what autograd saves on the probe batch),
+    not a measurement: the same conditions give the same figure. Unless the objective is memory
+    (then every attempt's estimate is a sample the rules judge), an arm's first successful
+    attempt makes it and later attempts of that arm skip it (one forward and backward each); their
+    results carry the first one's record, and their runs name the attempt it came from
+    (``perfgate.mem_estimate_from``). A measured record (CUDA's peak) is never carried.
+    """
+
+    def __init__(self, objective: str):
+        self.enabled = objective != "memory"
+        self.held: dict[str, tuple[dict, str]] = {}
+
+    def needed(self, *arms: str) -> bool:
+        """Whether an attempt of these arms must make its own estimate."""
+        return not self.enabled or any(arm not in self.held for arm in arms)
+
+    def apply(self, arm: str, started, result):
+        """The result with its arm's carried estimate where it skipped it, and the attempt it came from."""
+        if not self.enabled or not result.ok:
+            return result, None
+        held = self.held.get(arm)
+        if result.memory is None and held is not None:
+            record, source = held
+            peak = record.get("unclamped_reserved_mib", record["reserved_mib"])
+            result = dataclasses.replace(result, memory=record, peak_mem_mib=peak, mem_status=record["status"])
+            return result, source
+        memory = result.memory
+        if held is None and isinstance(memory, dict) and memory.get("status") == "estimated":
+            self.held[arm] = ({**memory, "notes": [*memory.get("notes", []), _CARRIED_NOTE]}, started.attempt_id)
+        return result, None
+
+
+_CARRIED_NOTE = ("estimated once per arm in this comparison (a CPU estimate is a function of the conditions): "
+                 "its later attempts carry this record")
 
 
 class Terminated(BaseException):
@@ -500,10 +541,12 @@ def compare(
     in_flight: list = []  # the started attempts whose outcome is not known yet (ended KILLED if compare stops)
     witness = _ChangeWitness(variable)  # the factory must not ignore the change (checked once per arm)
     quality_seen = allow_undecidable  # the quality gate must be able to fail (checked on the first baseline)
+    memory = _MemoryCarrier(objective)  # a CPU estimate once per arm, where the objective does not judge it
 
     def report(arm: str, started, result, bar) -> None:
         nonlocal quality_seen
-        if _finish(started, result, arms[arm]) is None:
+        result, estimate_from = memory.apply(arm, started, result)
+        if _finish(started, result, arms[arm], estimate_from) is None:
             deferred.append(started.attempt_id)
         witness.see(arm, result)
         if not quality_seen and arm == "baseline" and result.ok:
@@ -524,7 +567,8 @@ def compare(
                                          environment={"gpu_name": _gpu_name(arms[arm])}))
             in_flight.append(started[-1])
         results = run_interleaved(workload, arms[order[0]], arms[order[1]], supervised=supervised,
-                                  timeout_s=2 * timeout_s, threads=threads, runner=active)
+                                  timeout_s=2 * timeout_s, threads=threads, runner=active,
+                                  memory=memory.needed(*order))
         in_flight.clear()
         for arm, attempt, result in zip(order, started, results):
             report(arm, attempt, result, bar)
@@ -545,7 +589,7 @@ def compare(
                                     environment={"gpu_name": _gpu_name(arms[arm])})
             in_flight.append(started)
             result = run_attempt(workload, arms[arm], supervised=supervised, timeout_s=timeout_s, threads=threads,
-                                 runner=active)
+                                 runner=active, memory=memory.needed(arm))
             in_flight.clear()
             report(arm, started, result, bar)
         next_pair += len(order) // 2

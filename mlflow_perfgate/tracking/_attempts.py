@@ -394,10 +394,12 @@ class StartedAttempt:
 
     def finish(self, *, latency_ms=None, quality=None, ok: bool = True, failure=None, validity=None, metrics=None,
                step_times_ms=None, tags=None, environment: dict | None = None, failure_detail=None,
-               mem_status=None, histories=None, contention_status=None, torch_state=None) -> str:
+               mem_status=None, histories=None, contention_status=None, torch_state=None,
+               mem_estimate_from=None) -> str:
         """Write the outcome (the arguments of :func:`log_attempt`) onto the started run; its run id.
 
-        ``environment`` adds or overrides fingerprint keys known only now (the threads measured).
+        ``environment`` adds or overrides fingerprint keys known only now (the threads measured);
+        ``mem_estimate_from``, the attempt whose CPU memory estimate this one carries (``compare``).
 
         Raises:
             AttemptDeferred: the server could not be reached; the complete attempt is in the journal.
@@ -405,7 +407,8 @@ class StartedAttempt:
         result = _check_result(ok=ok, latency_ms=latency_ms, quality=quality, failure=failure, validity=validity,
                                metrics=metrics, step_times_ms=step_times_ms, tags=tags,
                                failure_detail=failure_detail, mem_status=mem_status, histories=histories,
-                               contention_status=contention_status, torch_state=torch_state)
+                               contention_status=contention_status, torch_state=torch_state,
+                               mem_estimate_from=mem_estimate_from)
         env = {k: v for k, v in _creation_tags(self.payload["group"], self.payload["arm"], self.attempt_id, None,
                                                environment).items() if k.startswith(TAG.ENV_PREFIX)}
         payload = {**self.payload, "ok": result.ok, "metrics": result.metrics, "step_times_ms": result.step_times_ms,

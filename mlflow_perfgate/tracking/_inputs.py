@@ -196,7 +196,7 @@ def _check_histories(histories: Any, metrics: dict[str, float]) -> dict[str, lis
 def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, validity: Any,
                   metrics: dict | None, step_times_ms: Any, tags: dict | None, failure_detail: Any = None,
                   mem_status: Any = None, histories: Any = None, contention_status: Any = None,
-                  torch_state: dict | None = None) -> _Result:
+                  torch_state: dict | None = None, mem_estimate_from: Any = None) -> _Result:
     if type(ok) is not bool:
         raise InputError(f"ok must be True or False, got {ok!r}")
     result = _Result(ok=ok)
@@ -286,6 +286,8 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
         if mem_status not in ("measured", "estimated"):
             raise InputError(f"mem_status must be 'measured' or 'estimated', got {mem_status!r}")
         result.tags[TAG.MEM_STATUS] = mem_status
+    if mem_estimate_from is not None:  # the attempt whose CPU estimate this one carries (compare's)
+        result.tags[TAG.MEM_ESTIMATE_FROM] = _check_text(mem_estimate_from, "mem_estimate_from", MAX_TAG_VALUE)
     if contention_status is not None:  # the sampler's own text: "measured" or "unavailable: <why>"
         if not isinstance(contention_status, str) or not (
                 contention_status == "measured" or contention_status.startswith("unavailable: ")):

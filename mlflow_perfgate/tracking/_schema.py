@@ -87,6 +87,10 @@ class TAG:
     FIRST_FAILURE = "perfgate.first_failure"
     REPRODUCIBLE = "perfgate.reproducible"
     MEM_STATUS = "perfgate.mem_status"
+    #: On an attempt of a comparison whose CPU memory estimate was made once per arm (an objective
+    #: other than memory): the attempt id of its arm's first successful attempt, whose estimate its
+    #: ``peak_mem_mib`` carries (a CPU estimate is a function of the conditions).
+    MEM_ESTIMATE_FROM = "perfgate.mem_estimate_from"
     #: On an attempt: ``measured`` when the kernel's contention figures were read around every
     #: measured step, ``unavailable: <why>`` where they cannot be (no /proc).
     CONTENTION_STATUS = "perfgate.contention_status"

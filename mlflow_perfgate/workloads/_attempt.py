@@ -313,7 +313,8 @@ def _can_inspect(workload: Any) -> bool:
 
 
 def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, steps: int,
-                       threads: int | None, probe: bool, timeout_s: float | None) -> AttemptResult:
+                       threads: int | None, probe: bool, timeout_s: float | None,
+                       memory: bool = True) -> AttemptResult:
     """Run the attempt here and now; every failure of the workload becomes the result.
 
     The body of both modes: the child process of a supervised attempt calls it too. Whatever
@@ -365,11 +366,11 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
                     fields["quality"] = quality
                 if tokens:
                     fields["throughput_tok_s"] = tokens * 1e3 / fields["latency_ms"]
-                if _can_inspect(workload):
-                    memory = collect_memory_evidence(workload)
-                    fields["memory"] = memory
-                    fields["peak_mem_mib"] = memory.get("unclamped_reserved_mib", memory["reserved_mib"])
-                    fields["mem_status"] = memory["status"]
+                if memory and _can_inspect(workload):
+                    record = collect_memory_evidence(workload)
+                    fields["memory"] = record
+                    fields["peak_mem_mib"] = record.get("unclamped_reserved_mib", record["reserved_mib"])
+                    fields["mem_status"] = record["status"]
             if probe and failure is None and _can_inspect(workload):
                 validity = probe_correctness(workload)
             elif probe and failure == "non_finite_loss" and _can_inspect(workload):
@@ -524,7 +525,7 @@ def _resolve_count(name: str, given: int | None, conditions: dict, default: int,
 
 def prepare_spec(workload_name: str, conditions: dict, *, warmup: int | None, steps: int | None,
                  threads: int | None, timeout_s: float, probe: bool, supervised: bool,
-                 import_workload: bool = False) -> dict:
+                 import_workload: bool = False, memory: bool = True) -> dict:
     """Check the arguments of an attempt and return its spec (what a child needs to run it).
 
     Args:
@@ -559,7 +560,7 @@ def prepare_spec(workload_name: str, conditions: dict, *, warmup: int | None, st
         except (TypeError, ValueError) as error:
             raise ValueError(f"conditions must be JSON-serialisable for a supervised attempt: {error}") from error
     return {"workload": workload_name, "conditions": conditions, "warmup": warmup, "steps": steps,
-            "threads": threads, "probe": probe}
+            "threads": threads, "probe": probe, "memory": bool(memory)}
 
 
 def caller_threads() -> int:
@@ -770,6 +771,7 @@ def run_attempt(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     probe: bool = True,
     runner: Any = None,
+    memory: bool = True,
 ) -> AttemptResult:
     """Run one attempt of a workload under fixed conditions and return what happened.
 
@@ -795,6 +797,8 @@ def run_attempt(
             runner's server start, which is the runner's, once). Supervised: the child is
             killed. In-process: checked between steps only.
         probe: run the correctness probe.
+        memory: collect the memory record (``False``: the result has none; a comparison that
+            already holds this arm's CPU estimate carries it, see ``harness``).
         runner: for a supervised attempt, what starts its child: an
             :class:`~mlflow_perfgate.workloads.AttemptRunner` (see :func:`attempt_runner`; many
             attempts share its warm server), or a kind, ``"spawn"``, ``"fork"`` or ``"auto"``,
@@ -811,13 +815,14 @@ def run_attempt(
             supervised attempt) conditions that JSON cannot carry, a ``runner`` that is not a
             runner or a kind, or a ``runner`` with ``supervised=False``.
     """
-    arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe}
+    arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe,
+                 "memory": memory}
     if not supervised:
         if runner is not None:
             raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
         spec = prepare_spec(workload_name, conditions, supervised=False, import_workload=True, **arguments)
         return execute_in_process(spec["workload"], conditions, warmup=spec["warmup"], steps=spec["steps"],
-                                  threads=spec["threads"], probe=probe, timeout_s=timeout_s)
+                                  threads=spec["threads"], probe=probe, timeout_s=timeout_s, memory=memory)
     from ._runner import AttemptRunner, attempt_runner, runner_kind
 
     if isinstance(runner, AttemptRunner):

@@ -115,7 +115,7 @@ class _Arm:
 
 def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int, steps: int,
                         threads: int | None, probe: bool,
-                        timeout_s: float | None) -> tuple[AttemptResult, AttemptResult]:
+                        timeout_s: float | None, memory: bool = True) -> tuple[AttemptResult, AttemptResult]:
     """Run one attempt of each arm here, their measured steps interleaved; every workload failure is data.
 
     Arm A (``conditions_a``) leads: it is built first, warms up first and takes the first measured
@@ -179,7 +179,7 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
             _measure(arms, steps, deadline, timeout_s)
             for arm in arms:
                 _globals.apply(arm.state or initial)
-                _finish_arm(arm, workload_name, probe)
+                _finish_arm(arm, workload_name, probe, memory)
         finally:
             for arm in arms:
                 if arm.workload is not None and callable(getattr(arm.workload, "close", None)):
@@ -216,7 +216,7 @@ def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeou
             arm.stopped(arm.measured, steps, timeout_s)
 
 
-def _finish_arm(arm: _Arm, workload_name: str, probe: bool) -> None:
+def _finish_arm(arm: _Arm, workload_name: str, probe: bool, memory: bool = True) -> None:
     """An arm's figures after the measured steps: latency, contention, quality, memory, the probe."""
     from ._evidence import collect_memory_evidence
     from ._probe import probe_correctness
@@ -240,13 +240,13 @@ def _finish_arm(arm: _Arm, workload_name: str, probe: bool) -> None:
             tokens = fields.get("tokens_per_step")
             if tokens:
                 fields["throughput_tok_s"] = tokens * 1e3 / fields["latency_ms"]
-            if _can_inspect(arm.workload):
-                memory = collect_memory_evidence(arm.workload)
-                if memory["status"] == "measured":
-                    memory = {**memory, "notes": [*memory.get("notes", []), _SHARED_PEAK_NOTE]}
-                fields["memory"] = memory
-                fields["peak_mem_mib"] = memory.get("unclamped_reserved_mib", memory["reserved_mib"])
-                fields["mem_status"] = memory["status"]
+            if memory and _can_inspect(arm.workload):
+                record = collect_memory_evidence(arm.workload)
+                if record["status"] == "measured":
+                    record = {**record, "notes": [*record.get("notes", []), _SHARED_PEAK_NOTE]}
+                fields["memory"] = record
+                fields["peak_mem_mib"] = record.get("unclamped_reserved_mib", record["reserved_mib"])
+                fields["mem_status"] = record["status"]
         if probe and arm.alive and _can_inspect(arm.workload):
             arm.validity = probe_correctness(arm.workload)
         elif probe and arm.failure == "non_finite_loss" and _can_inspect(arm.workload):
@@ -278,7 +278,7 @@ def _result(arm: _Arm, workload_name: str, warmup: int, steps: int, torch_thread
 
 def prepare_interleaved_spec(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int | None,
                              steps: int | None, threads: int | None, timeout_s: float, probe: bool, supervised: bool,
-                             import_workload: bool = True) -> dict:
+                             import_workload: bool = True, memory: bool = True) -> dict:
     """Check the arguments of a step-interleaved pair of attempts and return the child's spec.
 
     Each arm is checked as :func:`prepare_spec` checks an attempt; both must then resolve to the
@@ -289,7 +289,7 @@ def prepare_interleaved_spec(workload_name: str, conditions_a: dict, conditions_
             ``steps`` differ.
     """
     arguments = dict(warmup=warmup, steps=steps, threads=threads, timeout_s=timeout_s, probe=probe,
-                     supervised=supervised, import_workload=import_workload)
+                     supervised=supervised, import_workload=import_workload, memory=memory)
     first = prepare_spec(workload_name, conditions_a, **arguments)
     second = prepare_spec(workload_name, conditions_b, **arguments)
     for name in ("warmup", "steps"):
@@ -304,7 +304,7 @@ def run_interleaved_spec(spec: dict, result_path: str) -> int:
     leading arm's to ``result_path`` (what the runner reads as any attempt's result); the exit code."""
     results = execute_interleaved(spec["workload"], spec["conditions"], spec["other_conditions"],
                                   warmup=spec["warmup"], steps=spec["steps"], threads=spec["threads"],
-                                  probe=spec["probe"], timeout_s=None)
+                                  probe=spec["probe"], timeout_s=None, memory=spec.get("memory", True))
     write_json_atomic(spec["pair_result"], {"results": [result.to_dict() for result in results]})
     write_result(result_path, results[0])
     return 0
@@ -348,12 +348,12 @@ def pair_results(lead: AttemptResult, pair_path: str, conditions_a: dict,
 
 def run_pair(run_spec: Callable[[dict, float], AttemptResult], workload_name: str, conditions_a: dict,
              conditions_b: dict, *, warmup: int | None, steps: int | None, threads: int | None, probe: bool,
-             timeout_s: float, import_workload: bool) -> tuple[AttemptResult, AttemptResult]:
+             timeout_s: float, import_workload: bool, memory: bool = True) -> tuple[AttemptResult, AttemptResult]:
     """A runner's step-interleaved pair: the spec, the runner's own way of running a child
     (``run_spec(spec, timeout_s)``, its result the leading arm's), then :func:`pair_results`."""
     spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                                     threads=threads, timeout_s=timeout_s, probe=probe, supervised=True,
-                                    import_workload=import_workload)
+                                    import_workload=import_workload, memory=memory)
     with tempfile.TemporaryDirectory(prefix="perfgate-interleaved-") as tmp:
         spec["pair_result"] = str(Path(tmp) / "pair.json")
         lead = run_spec(spec, float(timeout_s))
@@ -371,6 +371,7 @@ def run_interleaved(
     supervised: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     probe: bool = True,
+    memory: bool = True,
     runner: Any = None,
 ) -> tuple[AttemptResult, AttemptResult]:
     """Run one attempt of each of two arms in one process, their measured steps interleaved A B B A ...
@@ -382,8 +383,8 @@ def run_interleaved(
         workload_name: the workload both arms build (``"tinylm"`` or ``"module:function"``).
         conditions_a: the leading arm's conditions (built, warmed and measured first).
         conditions_b: the other arm's.
-        warmup, steps, threads, probe: as for :func:`run_attempt`; ``warmup`` and ``steps`` must
-            resolve to the same counts for both arms.
+        warmup, steps, threads, probe, memory: as for :func:`run_attempt` (``memory`` for both
+            arms); ``warmup`` and ``steps`` must resolve to the same counts for both arms.
         supervised: run in a child process of its own (a crash there fails both attempts);
             ``False`` runs here.
         timeout_s: the wall-clock limit of the shared child (both arms: about twice one attempt).
@@ -396,13 +397,15 @@ def run_interleaved(
         ValueError: bad arguments, as :func:`run_attempt` says, or arms whose ``warmup`` or
             ``steps`` differ.
     """
-    arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe}
+    arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe,
+                 "memory": memory}
     if not supervised:
         if runner is not None:
             raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
         spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, supervised=False, **arguments)
         return execute_interleaved(workload_name, conditions_a, conditions_b, warmup=spec["warmup"],
-                                   steps=spec["steps"], threads=spec["threads"], probe=probe, timeout_s=timeout_s)
+                                   steps=spec["steps"], threads=spec["threads"], probe=probe, timeout_s=timeout_s,
+                                   memory=memory)
     from ._runner import AttemptRunner, attempt_runner, runner_kind
 
     if isinstance(runner, AttemptRunner):

@@ -96,7 +96,7 @@ class AttemptRunner:
 
     def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
             steps: int | None = None, threads: int | None = None, probe: bool = True,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> AttemptResult:
+            timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True) -> AttemptResult:
         """Run one supervised attempt; the arguments are :func:`run_attempt`'s.
 
         Raises:
@@ -107,7 +107,8 @@ class AttemptRunner:
     def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
                         probe: bool = True,
-                        timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
+                        timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
+                        ) -> tuple[AttemptResult, AttemptResult]:
         """Run one attempt of each arm in one supervised child, their measured steps interleaved
         (``_interleave``); the arguments are :func:`run_interleaved`'s. A crash of the child fails both.
 
@@ -189,17 +190,19 @@ class SpawnRunner(AttemptRunner):
 
     def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
             steps: int | None = None, threads: int | None = None, probe: bool = True,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> AttemptResult:
+            timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True) -> AttemptResult:
         spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps, threads=threads,
-                            timeout_s=timeout_s, probe=probe, supervised=True)
+                            timeout_s=timeout_s, probe=probe, supervised=True, memory=memory)
         return dataclasses.replace(run_spawned(spec, float(timeout_s)), conditions=dict(conditions))
 
     def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
                         probe: bool = True,
-                        timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
+                        timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
+                        ) -> tuple[AttemptResult, AttemptResult]:
         return run_pair(run_spawned, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
-                        threads=threads, probe=probe, timeout_s=timeout_s, import_workload=True)
+                        threads=threads, probe=probe, timeout_s=timeout_s, import_workload=True,
+                        memory=memory)
 
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         workload_target(workload_name)
@@ -447,10 +450,10 @@ class ForkRunner(AttemptRunner):
 
     def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
             steps: int | None = None, threads: int | None = None, probe: bool = True,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> AttemptResult:
+            timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True) -> AttemptResult:
         spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps,
                             threads=self.default_threads() if threads is None else threads,
-                            timeout_s=timeout_s, probe=probe, supervised=True)
+                            timeout_s=timeout_s, probe=probe, supervised=True, memory=memory)
         with self._lock:
             result = self._run_spec(spec, float(timeout_s))
         return dataclasses.replace(result, conditions=dict(conditions))
@@ -458,14 +461,15 @@ class ForkRunner(AttemptRunner):
     def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
                         probe: bool = True,
-                        timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[AttemptResult, AttemptResult]:
+                        timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
+                        ) -> tuple[AttemptResult, AttemptResult]:
         def run_spec(spec: dict, limit: float) -> AttemptResult:
             with self._lock:
                 return self._run_spec(spec, limit)
 
         return run_pair(run_spec, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                         threads=self.default_threads() if threads is None else threads, probe=probe,
-                        timeout_s=timeout_s, import_workload=False)
+                        timeout_s=timeout_s, import_workload=False, memory=memory)
 
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         """The server's supervised import is the check (:meth:`AttemptRunner.check`)."""
