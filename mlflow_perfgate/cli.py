@@ -137,16 +137,23 @@ class OptionalFloat(click.ParamType):
             self.fail(f"{value!r} is not a valid float", param, ctx)
 
 
-class RegistryChoice(click.Choice):
-    """The names of a registry (methods, objectives), read when the option is parsed."""
+from mlflow_perfgate.rules._registry import METHODS as _METHODS  # noqa: E402 - light: entries load when read
 
-    def __init__(self, registry):
+
+class RegistryChoice(click.Choice):
+    """The names of a registry (methods, objectives, plugins' too), read when the option is parsed;
+    ``keep(entry)`` leaves out the entries an option cannot take."""
+
+    def __init__(self, registry, keep=None):
         self.registry = registry
-        super().__init__(list(registry))
+        self.keep = keep
+        super().__init__([])  # read from the registry when asked (a filter loads the entries it reads)
 
     @property
     def choices(self):
-        return tuple(self.registry)
+        if self.keep is None:
+            return tuple(self.registry)
+        return tuple(name for name in self.registry if self.keep(self.registry[name]))
 
     @choices.setter
     def choices(self, value):  # click.Choice.__init__ assigns it
@@ -556,7 +563,7 @@ def decisions(experiment, group, suite_name, output_format):
     """List decision runs, newest first."""
     frame = _decisions_frame(experiment, group, suite_name)
     if output_format == "json":
-        click.echo(frame.to_json(orient="records", date_format="iso", indent=2))  # lists as JSON arrays
+        click.echo(frame.to_json(orient="records", date_format="iso", indent=2, double_precision=15))  # lists as arrays
     elif output_format == "csv":
         lists = {name: frame[name].map(json.dumps) for name in frame.columns
                  if frame[name].map(lambda value: isinstance(value, list)).any()}
@@ -954,8 +961,9 @@ def history_options(func):
               help="With --bisect: add attempt pairs while a comparison is undecided, up to this many per arm.")
 @click.option("--margin", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="With --bisect: the slowdown against GOOD tolerated before a revision is bad.")
-@click.option("--method", type=click.Choice(["paired", "robust"]), default="paired", show_default=True,
-              help="With --bisect: how each comparison decides.")
+@click.option("--method", type=RegistryChoice(_METHODS, lambda entry: entry.boundary_p_value is not None),
+              default="paired", show_default=True,
+              help="With --bisect: how each comparison decides (a method with a test: paired, robust, a plugin's).")
 @click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
               help="With --bisect: any threshold of the comparisons (min_valid_runs=3).")
 @click.option("--in-process", is_flag=True, help="With --bisect: run attempts in this process.")

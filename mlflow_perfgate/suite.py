@@ -314,9 +314,12 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
         policy = rules.Policy(**{k: v for k, v in options.items() if v is not None}, **merged["thresholds"])
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc}") from None
-    if policy.objective == "latency" and policy.method == "seed":
-        raise PolicyError(f"{where}: the seed method gives no p-value; a suite's error control needs a statistical "
-                          "method for a latency entry: method = 'robust' or 'paired'")
+    from .rules._registry import METHODS
+    from .rules._suite import methods_with_p_values
+
+    if policy.objective == "latency" and METHODS.require(policy.method).boundary_p_value is None:
+        raise PolicyError(f"{where}: the {policy.method} method gives no p-value; a suite's error control needs a "
+                          f"statistical method for a latency entry: method = one of {methods_with_p_values()}")
     conditions = dict(merged["set"])
     interleave = merged.get("interleave", "attempts")
     if interleave not in ("attempts", "steps"):

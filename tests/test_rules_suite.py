@@ -89,7 +89,7 @@ def test_boundary_p_value_small_cases():
     assert boundary_p_value(empty, c, 1.05) == 1.0
     with pytest.raises(InputError, match="boundary"):
         boundary_p_value(b, c, 0)
-    with pytest.raises(PolicyError, match="robust' or 'paired"):
+    with pytest.raises(PolicyError, match=r"one of \['robust', 'paired'\] for a boundary p-value, got 'seed'"):
         boundary_p_value(b, c, 1.05, method="seed")
 
 

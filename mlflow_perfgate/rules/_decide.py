@@ -82,7 +82,8 @@ def judge(baseline_runs: list, candidate_runs: list, policy: Policy, *, look: in
             or not); ``None``: the previous look is ``look - 1``. Passed to a method's rule only
             when given (a plugin's rule without the argument is judged as before).
     """
-    objective = OBJECTIVES[policy.objective]
+    objective = OBJECTIVES.require(policy.objective)  # a policy unpickled where its plugin is not: said so
+    METHODS.require(policy.method)
     summaries = []
     for arm, runs in (("baseline", baseline_runs), ("candidate", candidate_runs)):
         try:

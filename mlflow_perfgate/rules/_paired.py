@@ -39,7 +39,8 @@ from ._policy import Policy
 from ._records import ArmSummary, Decision, interval_text
 from ._registry import Figure, Method, Objective
 from ._robust import advice_floor, robust_rule
-from ._statistical import Estimate, statistical_texts, statistical_decision
+from ._statistical import Estimate, statistical_decision, statistical_floor, statistical_texts
+from ._suite import paired_boundary_p_value
 from ._stats import (
     log_ratios,
     min_pairs_signed_rank,
@@ -219,4 +220,6 @@ PAIRED = Method(
     help=("Wilcoxon signed-rank test and Hodges-Lehmann interval on the ABBA "
           "rounds' latency ratios"),
     describe=_describe,
+    boundary_p_value=paired_boundary_p_value,
+    floor=statistical_floor,
 )

@@ -186,9 +186,9 @@ class Policy:
         options = {name: _OPTIONS[name].default if value is None else value for name, value in options.items()}
         thresholds = {name: to_python(value) for name, value in thresholds.items()}
         if objective not in OBJECTIVES:
-            raise PolicyError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
+            raise PolicyError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}{_plugin_hint('objective')}")
         if method not in METHODS:
-            raise PolicyError(f"method must be one of {list(METHODS)}, got {method!r}")
+            raise PolicyError(f"method must be one of {list(METHODS)}, got {method!r}{_plugin_hint('method')}")
         if mode not in MODES:
             raise PolicyError(f"mode must be one of {list(MODES)}, got {mode!r}")
         latency = "raw" if latency is None else latency
@@ -267,6 +267,12 @@ class Policy:
     def __repr__(self) -> str:
         return "Policy(" + ", ".join(f"{key}={value!r}" for key, value in self.options().items()) + ")"
 
+
+
+def _plugin_hint(kind: str) -> str:
+    """Where a plugin's entries come from (a policy made where a plugin is installed, unpickled where not)."""
+    return (f" (a plugin's {kind} is registered in a process by installing its package there: entry points "
+            f"'mlflow_perfgate.{kind}s')")
 
 
 def _from_options(options: dict) -> Policy:

@@ -8,11 +8,18 @@ are all derived from these entries, so a new method or objective is one
 
 The built-in entries are declared here by name and loaded on first use, so that listing the
 names (``--help``) imports no statistics library.
+
+Plugins: an installed distribution adds entries through the entry-point groups
+``mlflow_perfgate.methods`` and ``mlflow_perfgate.objectives``; each entry point names a
+:class:`Method` (or :class:`Objective`), or a callable returning one, of the entry point's name.
+They are loaded, and registered, the first time a registry is listed or looked up; one that fails
+to load is left out with a warning naming it and its distribution.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -78,6 +85,13 @@ class Method:
         modes: the modes it answers.
         help: one line for ``--help`` and the README.
         describe: one line for the report from its companion summary; default: its figures.
+        boundary_p_value: ``boundary_p_value(baseline, candidate, boundary) -> p``: the one-sided
+            p-value of "the latency ratio candidate / baseline exceeds ``boundary``" that its
+            interval inverts (``rules._suite``); a suite's error control across its latency
+            entries needs it. ``None``: the method cannot judge a suite's latency entry.
+        floor: ``floor(policy, attempts, looks_for) -> str | None``: why ``attempts`` per arm can
+            never accept at the policy's levels (``looks_for`` as :func:`too_few_to_decide` takes
+            it), or ``None``; ``compare`` refuses such a plan before it runs. ``None``: no floor.
     """
 
     name: str
@@ -87,6 +101,8 @@ class Method:
     modes: tuple[str, ...] = MODES
     help: str = ""
     describe: Callable[[Mapping[str, Any]], str] | None = None
+    boundary_p_value: Callable[["ArmSummary", "ArmSummary", float], float] | None = None
+    floor: Callable[..., str | None] | None = None
 
     def judges(self, objective: str) -> bool:
         return self.objectives is None or objective in self.objectives
@@ -145,12 +161,57 @@ class Objective:
 
 
 class Registry(Mapping):
-    """Entries by name, in the order they were registered; built-ins load on first use."""
+    """Entries by name, in the order they were registered; built-ins load on first use, plugins
+    (the entry points of ``entry_point_group``) on the first listing or lookup."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, entry_point_group: str | None = None):
         self.kind = kind
+        self.entry_point_group = entry_point_group
         self._entries: dict[str, Any] = {}
         self._declared: dict[str, tuple[str, str]] = {}
+        self._plugins_loaded = entry_point_group is None
+        #: plugin entry points that failed to load, by name: why
+        self.plugin_errors: dict[str, str] = {}
+        self.plugins: dict[str, str] = {}  #: loaded plugin entries by name: their distribution
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True  # first: registering a plugin lists the registry
+        try:
+            from importlib.metadata import entry_points
+
+            found = list(entry_points(group=self.entry_point_group))
+        except Exception:  # noqa: BLE001 - a broken distribution's metadata: no plugins, as before
+            return
+        for point in found:
+            where = getattr(getattr(point, "dist", None), "name", None) or point.value
+            try:
+                entry = point.load()
+                if not isinstance(entry, _ENTRY_TYPES[self.kind]) and callable(entry):
+                    entry = entry()
+                if not isinstance(entry, _ENTRY_TYPES[self.kind]):
+                    raise TypeError(f"it gave a {type(entry).__name__}, not a {_ENTRY_TYPES[self.kind].__name__}")
+                if entry.name != point.name:
+                    raise ValueError(f"its entry is named {entry.name!r}")
+                (register_objective if self.kind == "objective" else self.register)(entry)
+                self.plugins[entry.name] = where
+            except Exception as exc:  # noqa: BLE001 - one broken plugin leaves the others and the built-ins
+                self.plugin_errors[point.name] = f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"mlflow_perfgate: the {self.kind} plugin {point.name!r} ({point.value}, from "
+                              f"{where}) could not be loaded and is not available: {type(exc).__name__}: {exc}",
+                              RuntimeWarning, stacklevel=2)
+
+    def require(self, name: str):
+        """The entry named ``name``; a :class:`PolicyError` naming it (and where plugins come from) if
+        this process has none (a policy made where a plugin is installed, judged where it is not)."""
+        if name not in self:
+            why = f" (its plugin failed to load: {self.plugin_errors[name]})" if name in self.plugin_errors else ""
+            raise PolicyError(
+                f"no {self.kind} named {name!r} is registered in this process{why}; known: {list(self)}. A plugin's "
+                f"{self.kind} is registered by installing its package here (entry points "
+                f"{self.entry_point_group!r}) or calling register_{self.kind}")
+        return self[name]
 
     def declare(self, name: str, target: str, help: str) -> None:
         """A built-in entry at ``module:attribute``, imported when first looked up."""
@@ -173,24 +234,29 @@ class Registry(Mapping):
 
     def help(self, name: str) -> str:
         """The entry's one-line help, without loading a declared built-in."""
+        self._load_plugins()
         if name in self._declared and name not in self._entries:
             return self._declared[name][1]
         return self[name].help
 
     def __getitem__(self, name: str):
+        self._load_plugins()
         if name not in self._entries and name in self._declared:
             module, _, attribute = self._declared[name][0].partition(":")
             self._entries[name] = getattr(importlib.import_module(module), attribute)
         return self._entries[name]
 
     def __iter__(self) -> Iterator[str]:
+        self._load_plugins()
         yield from self._declared
         yield from (name for name in self._entries if name not in self._declared)
 
     def __len__(self) -> int:
+        self._load_plugins()
         return len(set(self._declared) | set(self._entries))
 
     def __contains__(self, name) -> bool:
+        self._load_plugins()
         return isinstance(name, str) and (name in self._declared or name in self._entries)
 
     def __repr__(self) -> str:
@@ -198,7 +264,7 @@ class Registry(Mapping):
 
 
 #: The decision methods by name.
-METHODS = Registry("method")
+METHODS = Registry("method", "mlflow_perfgate.methods")
 METHODS.declare("seed", "mlflow_perfgate.rules._regression:SEED",
                 "the specification's rule, exact")
 METHODS.declare("robust", "mlflow_perfgate.rules._robust:ROBUST",
@@ -207,7 +273,8 @@ METHODS.declare("paired", "mlflow_perfgate.rules._paired:PAIRED",
                 "Wilcoxon signed-rank test (a t-test below its floor) and Hodges-Lehmann interval on the ABBA "
                 "rounds' latency ratios")
 #: The objectives by name.
-OBJECTIVES = Registry("objective")
+OBJECTIVES = Registry("objective", "mlflow_perfgate.objectives")
+_ENTRY_TYPES = {"method": Method, "objective": Objective}
 for _name, _help in (("latency", "median and P95 step latency, lower is better"),
                      ("memory", "peak memory, lower is better, within a latency budget"),
                      ("throughput", "tokens per second, higher is better")):

@@ -33,7 +33,9 @@ from ._explain import common_messages
 from ._records import STATUS_WORDS, ArmSummary, Decision, interval_text
 from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._regression import evaluate_seed_non_regression
-from ._statistical import Estimate, statistical_texts, improvement_verdict, no_regression_verdict, statistical_decision
+from ._statistical import (Estimate, improvement_verdict, no_regression_verdict, statistical_decision,
+                           statistical_floor, statistical_texts)
+from ._suite import robust_boundary_p_value
 from ._stats import (
     flag_contention,
     hodges_lehmann_ratio,
@@ -205,6 +207,8 @@ ROBUST = Method(
     objectives=("latency",),
     help="one-sided Mann-Whitney U and a Hodges-Lehmann interval of the latency ratio",
     describe=_describe,
+    boundary_p_value=robust_boundary_p_value,
+    floor=statistical_floor,
 )
 
 

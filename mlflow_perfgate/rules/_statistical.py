@@ -207,7 +207,21 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
 
 def too_few_to_decide(policy: Policy, attempts: int, *,
                       looks_for: Callable[[int], int | list[int]] | None = None) -> str | None:
-    """Why a statistical method can never accept with ``attempts`` per arm at its levels, or None.
+    """Why the policy's method can never accept with ``attempts`` per arm at its levels, or None.
+
+    The method's registry entry answers (:attr:`~._registry.Method.floor`): :func:`statistical_floor`
+    for the built-in robust and paired methods, a plugin's own for its method; a method without a
+    floor (``seed``) has none.
+    """
+    from ._registry import METHODS
+
+    floor = METHODS.require(policy.method).floor
+    return None if floor is None else floor(policy, attempts, looks_for)
+
+
+def statistical_floor(policy: Policy, attempts: int,
+                      looks_for: Callable[[int], int | list[int]] | None = None) -> str | None:
+    """The robust and paired methods' floor: why ``attempts`` per arm can never accept, or None.
 
     The exact tests and intervals have a floor. In ``improvement`` mode an accept needs the
     one-sided test below ``alpha``, and its smallest p-value is the robust method's ``1 /
@@ -226,8 +240,6 @@ def too_few_to_decide(policy: Policy, attempts: int, *,
     confidence spent between the look before it and the last; the advice then names
     ``--max-attempts``.
     """
-    if policy.method not in ("robust", "paired"):  # the seed method has no test, so no floor
-        return None
     paired = policy.method == "paired"
     unit = "complete ABBA rounds" if paired else "attempts per arm"
 

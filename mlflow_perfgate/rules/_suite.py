@@ -442,44 +442,47 @@ def boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float, *, method: s
 
     The test the entry's interval inverts (see the module docstring): ``p <= (1 - confidence) /
     2`` exactly when the interval's lower bound exceeds ``boundary``, up to the relative
-    tolerance of the rules' comparisons.
-
-    - ``robust``: ``U_b`` counts the ``m n`` pairwise ratios candidate / baseline at or below
-      ``boundary``; ``p = P(U <= U_b)`` under the exact null distribution of the Mann-Whitney
-      statistic (:func:`~._stats.u_null_cdf`) up to 50 attempts per arm, else
-      ``Phi((U_b + 0.5 - m n / 2) / sqrt(m n (m + n + 1) / 12))``.
-    - ``paired``: the same count over the ``n(n+1)/2`` Walsh averages of the complete ABBA
-      rounds' log ratios (:func:`~._paired.complete_rounds`), against the signed-rank null
-      distribution (:func:`~._stats.signed_rank_null_cdf`) up to 50 rounds, its normal
-      approximation above.
+    tolerance of the rules' comparisons. The method's registry entry computes it
+    (:attr:`~._registry.Method.boundary_p_value`): :func:`robust_boundary_p_value` and
+    :func:`paired_boundary_p_value` for the built-ins, a plugin's own for its method.
 
     Returns:
         The p-value in [0, 1]; 1 when an arm has no successful attempt (or no complete round).
+
+    Raises:
+        PolicyError: the method has no boundary p-value (``seed``), or is not registered here.
+        InputError: ``boundary`` is not a finite ratio > 0.
     """
-    from ._stats import (_EXACT_U_MAX, _EXACT_W_MAX, log_latencies, log_ratios, signed_rank_null_cdf,
-                         u_null_cdf, walsh_averages)
+    from ._registry import METHODS
 
     if isinstance(boundary, bool) or not check_finite(boundary, "boundary") or boundary <= 0:
         raise InputError(f"boundary must be a finite ratio > 0, got {boundary!r}")
-    limit = boundary * (1 + REL_TOL)  # a difference exactly at the boundary counts as at or below it
-    if method == "paired":
-        from ._paired import complete_rounds
+    entry = METHODS.require(method)
+    if entry.boundary_p_value is None:
+        raise PolicyError(f"method must be one of {methods_with_p_values()} for a boundary p-value, got {method!r}")
+    p = float(entry.boundary_p_value(b, c, float(boundary)))
+    if not 0.0 <= p <= 1.0:
+        raise PolicyError(f"the {method} method's boundary p-value must be in [0, 1], got {p!r}")
+    return p
 
-        _, base, cand = complete_rounds(b, c)
-        if not base:
-            return 1.0
-        walsh = walsh_averages(log_ratios(base, cand))
-        count = int(np.count_nonzero(np.exp(walsh) <= limit))
-        n = len(base)
-        if n <= _EXACT_W_MAX:
-            return float(min(1.0, signed_rank_null_cdf(n)[count]))
-        total = n * (n + 1) / 2
-        spread = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
-        return min(1.0, _normal_cdf((count + 0.5 - total / 2) / spread))
-    if method != "robust":
-        raise PolicyError(f"method must be 'robust' or 'paired' for a boundary p-value, got {method!r}")
+
+def methods_with_p_values() -> list[str]:
+    """The registered methods a suite's latency entry can be judged by (those with a boundary p-value)."""
+    from ._registry import METHODS
+
+    return [name for name in METHODS if METHODS[name].boundary_p_value is not None]
+
+
+def robust_boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float) -> float:
+    """The robust method's: ``U_b`` counts the ``m n`` pairwise ratios candidate / baseline at or
+    below ``boundary``; ``p = P(U <= U_b)`` under the exact null distribution of the Mann-Whitney
+    statistic (:func:`~._stats.u_null_cdf`) up to 50 attempts per arm, else
+    ``Phi((U_b + 0.5 - m n / 2) / sqrt(m n (m + n + 1) / 12))``."""
+    from ._stats import _EXACT_U_MAX, log_latencies, u_null_cdf
+
     if not b.latencies or not c.latencies:
         return 1.0
+    limit = boundary * (1 + REL_TOL)  # a difference exactly at the boundary counts as at or below it
     base = log_latencies(b.latencies, "baseline latencies")
     cand = log_latencies(c.latencies, "candidate latencies")
     ratios = np.exp(np.subtract.outer(cand, base))
@@ -489,6 +492,28 @@ def boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float, *, method: s
         return float(min(1.0, u_null_cdf(m, n)[count]))
     spread = math.sqrt(m * n * (m + n + 1) / 12)
     return min(1.0, _normal_cdf((count + 0.5 - m * n / 2) / spread))
+
+
+def paired_boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float) -> float:
+    """The paired method's: the count of :func:`robust_boundary_p_value` over the ``n(n+1)/2`` Walsh
+    averages of the complete ABBA rounds' log ratios (:func:`~._paired.complete_rounds`), against the
+    signed-rank null distribution (:func:`~._stats.signed_rank_null_cdf`) up to 50 rounds, its normal
+    approximation above."""
+    from ._paired import complete_rounds
+    from ._stats import _EXACT_W_MAX, log_ratios, signed_rank_null_cdf, walsh_averages
+
+    _, base, cand = complete_rounds(b, c)
+    if not base:
+        return 1.0
+    limit = boundary * (1 + REL_TOL)
+    walsh = walsh_averages(log_ratios(base, cand))
+    count = int(np.count_nonzero(np.exp(walsh) <= limit))
+    n = len(base)
+    if n <= _EXACT_W_MAX:
+        return float(min(1.0, signed_rank_null_cdf(n)[count]))
+    total = n * (n + 1) / 2
+    spread = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    return min(1.0, _normal_cdf((count + 0.5 - total / 2) / spread))
 
 
 def _tail_p_value(figures: Mapping[str, Any], maximum_p95_ratio: float | None) -> float:
@@ -535,7 +560,8 @@ def entry_evidence(name: str, decision: Decision | Mapping[str, Any], *, baselin
         look, max_looks: the look the decision was made at (``compare --until-decisive``).
 
     Returns:
-        The evidence: for a latency entry judged by ``robust`` or ``paired``, the p-values of its
+        The evidence: for a latency entry judged by a method with a boundary p-value (``robust``,
+        ``paired``, a plugin's that declares one), the p-values of its
         main check (:func:`boundary_p_value`, against the boundary its rule used) and of its
         tail test, computed on the latency figure its rule judged (the records' key of the
         result's ``latency_key``: a ``fastest`` or ``p10`` entry is tested on those figures, never
@@ -543,7 +569,7 @@ def entry_evidence(name: str, decision: Decision | Mapping[str, Any], *, baselin
         entry whose rule stopped before its checks has p = 1 for both tests.
 
     Raises:
-        PolicyError: a latency entry judged by ``seed`` (it has no p-value: use robust or paired).
+        PolicyError: a latency entry judged by a method without a boundary p-value (``seed``).
         InputError: the records are missing or malformed.
     """
     if isinstance(decision, Decision):
@@ -575,10 +601,12 @@ def entry_evidence(name: str, decision: Decision | Mapping[str, Any], *, baselin
     labels = dict(look=look, max_looks=max_looks, objective=objective, method=method, mode=mode)
     if objective != "latency":
         return EntryEvidence(name, verdict, reason, tuple(failed), {}, controlled=False, **labels)
-    if method == "seed":
-        raise PolicyError(f"entry {name!r} is judged by the seed method, which gives no p-value: a suite's error "
-                          "control needs a statistical method for its latency entries (method = 'robust' or "
-                          "'paired')")
+    from ._registry import METHODS
+
+    if METHODS.require(method).boundary_p_value is None:
+        raise PolicyError(f"entry {name!r} is judged by the {method} method, which gives no p-value: a suite's error "
+                          f"control needs a statistical method for its latency entries (method = one of "
+                          f"{methods_with_p_values()})")
     main = "improvement_ok" if mode == "improvement" else "no_regression_ok"
     shown = {key: figures.get(key) for key in ("ratio_estimate", "ratio_ci_low", "ratio_ci_high")}
     if figures.get("paired_fallback"):

@@ -1,0 +1,61 @@
+"""A toy plugin of mlflow-perfgate, installed by the tests (``tests/test_plugins.py``).
+
+It adds, through the entry points ``mlflow_perfgate.methods`` and ``mlflow_perfgate.objectives``:
+
+- the method ``toy``: the robust rule under a name of its own, with its own metric names, its own
+  boundary p-value and floor (the robust ones), so that a suite and a bisect can use it;
+- the objective ``wall``: the attempt's wall time (``attempt_wall_s``, every supervised attempt
+  logs it), lower is better, within ``maximum_wall_cost`` (a threshold of its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mlflow_perfgate.rules import Check, Figure, Method, Objective
+from mlflow_perfgate.rules._policy import Setting
+from mlflow_perfgate.rules._robust import robust_rule
+from mlflow_perfgate.rules._statistical import statistical_floor
+from mlflow_perfgate.rules._suite import robust_boundary_p_value
+
+
+def toy_rule(b, c, policy, objective, *, look=None, max_looks=None, **extra):
+    return dataclasses.replace(robust_rule(b, c, policy, objective, look=look, max_looks=max_looks, **extra),
+                               method="toy")
+
+
+TOY_METHOD = Method(
+    "toy", toy_rule,
+    figures=(Figure("p_value", "toy p", metric="toy_p_value"),
+             Figure("ratio_estimate", "toy ratio", metric="toy_ratio_estimate"),
+             Figure("recommended_attempts", "toy attempts to settle it", metric="toy_recommended_attempts")),
+    objectives=("latency",),
+    help="the robust rule, as a plugin's method",
+    boundary_p_value=robust_boundary_p_value,
+    floor=statistical_floor,
+)
+
+
+def wall_checks(b, c, policy):
+    b_wall, c_wall = b.figures["median_attempt_wall_s"], c.figures["median_attempt_wall_s"]
+    cost = (c_wall - b_wall) / b_wall
+    checks = [Check.build("wall_cost_ok", cost <= policy.maximum_wall_cost,
+                          {"candidate": c_wall, "baseline": b_wall, "cost": cost,
+                           "threshold": policy.maximum_wall_cost},
+                          lambda f: (f"candidate median attempt wall {f['candidate']:.3g} s against baseline "
+                                     f"{f['baseline']:.3g} s is a cost of {f['cost']:.1%}; allowed "
+                                     f"maximum_wall_cost {f['threshold']:.1%}"))]
+    return checks, {"wall_cost": cost}
+
+
+def make_wall_objective():
+    """The entry point may name a callable that returns the entry."""
+    return Objective(
+        "wall", metric="attempt_wall_s", direction="lower", unit="s", checks=wall_checks,
+        thresholds=(Setting("maximum_wall_cost", 0.5, "Wall objective: most rise of the median attempt wall time",
+                            low=0),),
+        arm_figures=(Figure("median_attempt_wall_s", "median attempt wall", " s"),),
+        figures=(Figure("wall_cost", "wall cost", metric="toy_wall_cost"),),
+        headlines={"improvement": "ACCEPT: the candidate's attempts take no longer than allowed"},
+        help="the attempt's wall time, lower is better (a plugin's objective)",
+    )

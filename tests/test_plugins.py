@@ -1,0 +1,169 @@
+"""A method and an objective from an installed plugin package, through every command (issue 25, point 1).
+
+The plugin (``tests/plugins/perfgate_toy``) is installed as pip installs a package: the module
+and a ``perfgate_toy-0.1.dist-info`` folder (``METADATA``, ``entry_points.txt``, ``RECORD``)
+in a site folder, which the commands' processes find on their ``PYTHONPATH``. Nothing registers
+it by hand: the registries load the entry points ``mlflow_perfgate.methods`` and
+``mlflow_perfgate.objectives`` themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+import mlflow_perfgate as pg
+
+PLUGIN = Path(__file__).parent / "plugins" / "perfgate_toy"
+ENTRY_POINTS = """[mlflow_perfgate.methods]
+toy = perfgate_toy:TOY_METHOD
+
+[mlflow_perfgate.objectives]
+wall = perfgate_toy:make_wall_objective
+"""
+TINY = ["--set=input_shape=2,16", "--set=steps=3", "--set=warmup=1"]
+EXPERIMENT = "plugins"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The plugin installed into a site folder of its own, as pip lays a package out."""
+    root = tmp_path_factory.mktemp("site")
+    shutil.copytree(PLUGIN, root / "perfgate_toy")
+    info = root / "perfgate_toy-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: perfgate-toy\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    (info / "INSTALLER").write_text("pip\n")
+    (info / "RECORD").write_text("".join(f"{path.relative_to(root)},,\n" for path in root.rglob("*") if path.is_file()))
+    return root
+
+
+def cli(site_dir: Path | None, *argv, cwd=None) -> subprocess.CompletedProcess:
+    env = {**os.environ}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site_dir) if site_dir else "", os.getcwd(),
+                                                    env.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "mlflow_perfgate", *argv], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600)
+
+
+def test_the_plugin_s_names_are_choices_and_help(site):
+    shown = cli(site, "compare", "--help")
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "[seed|robust|paired|toy]" in text and "toy: the robust rule, as a plugin's method" in text
+    assert "wall: the attempt's wall time" in text and "--maximum-wall-cost" in text  # its threshold too
+    history = " ".join(cli(site, "history", "--help").stdout.split())
+    assert "[robust|paired|toy]" in history  # a method with a test can bisect
+    without = cli(None, "compare", "--method", "toy", "--workload", "tinylm", "--change", "checkpoint=true")
+    assert without.returncode == 2 and "'toy' is not one of 'seed', 'robust', 'paired'" in without.stderr
+
+
+@pytest.mark.parametrize("interleave", ["attempts", "steps"])
+def test_compare_decides_with_the_plugin_s_method(site, sqlite_uri, interleave):
+    done = cli(site, "compare", "--workload", "tinylm", *TINY, "--change", "checkpoint=true", "--method", "toy",
+               "--attempts", "3", "--min-valid-runs", "3", "--allow-undecidable", "--no-progress",
+               "--interleave", interleave, "--experiment", EXPERIMENT, "--format", "json")
+    assert done.returncode in (0, 1, 3), done.stderr
+    result = json.loads(done.stdout)
+    assert result["method"] == "toy"
+    run = MlflowClient().get_run(result["decision_run_id"])
+    assert run.data.tags["perfgate.method"] == "toy"
+    assert "toy_p_value" in run.data.metrics and "toy_ratio_estimate" in run.data.metrics  # its own figures
+    listed = cli(site, "decisions", "--experiment", EXPERIMENT, "--format", "json")
+    row = json.loads(listed.stdout)[0]  # where the plugin is installed, its figures are columns
+    assert row["method"] == "toy" and row["toy_p_value"] == pytest.approx(run.data.metrics["toy_p_value"], rel=1e-14)
+
+
+def test_compare_decides_on_the_plugin_s_objective(site, sqlite_uri):
+    done = cli(site, "compare", "--workload", "tinylm", *TINY, "--change", "checkpoint=true", "--objective", "wall",
+               "--maximum-wall-cost", "5", "--attempts", "3", "--min-valid-runs", "3", "--no-progress",
+               "--experiment", EXPERIMENT, "--format", "json")
+    assert done.returncode in (0, 1, 3), done.stderr
+    result = json.loads(done.stdout)
+    assert result["objective"] == "wall"
+    assert result["wall_cost_ok"] in (True, False) and "wall_cost_ok" in result["messages"]  # its own check
+    run = MlflowClient().get_run(result["decision_run_id"])
+    assert run.data.tags["perfgate.objective"] == "wall"
+    assert run.data.metrics["baseline_median_attempt_wall_s"] > 0 and "toy_wall_cost" in run.data.metrics
+    assert run.data.params["perfgate.maximum_wall_cost"] == "5.0"
+
+
+def test_a_suite_runs_and_gates_an_entry_judged_by_the_plugin_s_method(site, sqlite_uri, tmp_path):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f"""
+[suite]
+name = "toys"
+experiment = "{EXPERIMENT}"
+
+[defaults]
+method = "toy"
+mode = "non_regression"
+attempts = 3
+set = {{input_shape = "2,16", steps = 2, warmup = 1}}
+thresholds = {{min_valid_runs = 3}}
+
+[[entry]]
+name = "checkpoint"
+change = {{checkpoint = true}}
+""")
+    done = cli(site, "suite", "run", str(suite), "--no-progress")
+    assert done.returncode in (0, 1, 3), done.stdout + done.stderr
+    assert "latency, toy, non_regression" in done.stdout  # judged, and gated, by the plugin's method
+    row = pg.decisions(experiment_name=EXPERIMENT, suite="toys").iloc[0]
+    assert row["method"] == "toy" and row["suite_entry"] == "checkpoint"
+
+
+def _git(repo, *args):
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.slow
+def test_a_bisect_judges_each_step_with_the_plugin_s_method(site, sqlite_uri, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    shas = []
+    for index in range(3):  # commit 2 makes a step three times slower
+        (repo / "bench.py").write_text(f"DELAY_S = {0.06 if index >= 2 else 0.02}\n")
+        (repo / "notes.txt").write_text(f"commit {index}\n")
+        _git(repo, "add", ".")
+        _git(repo, "commit", "-q", "-m", f"commit {index}")
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    fixtures = Path(__file__).parent / "workloads_fixtures" / "bisect_bench.py"
+    assert fixtures.exists()
+    done = cli(site, "history", "--bisect", shas[0], shas[-1], "--workload", "tests.workloads_fixtures.bisect_bench:make",
+               *[f"--set={k}={v}" for k, v in {"model": "bench", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32",
+                                               "device": "cpu", "measurement_method": "sleep_ms", "warmup": 1,
+                                               "steps": 3}.items()],
+               "--margin", "0.5", "--in-process", "--method", "toy", "--experiment", "bisect", cwd=repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"first bad commit: {shas[2]}" in done.stdout
+    decided = pg.decisions(experiment_name="bisect")
+    assert len(decided) >= 1 and set(decided["method"]) == {"toy"}
+
+
+def test_a_policy_judged_where_its_plugin_is_not_installed_says_so(site, tmp_path):
+    made = tmp_path / "policy.pickle"
+    code = ("import pickle, sys; from mlflow_perfgate.rules import Policy; "
+            f"open({str(made)!r}, 'wb').write(pickle.dumps(Policy(method='toy')))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(site), os.getcwd()))}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    judge = ("import pickle; from mlflow_perfgate import rules; from mlflow_perfgate.errors import PolicyError\n"
+             "runs = [{'ok': True, 'latency_ms': v, 'quality': 0.9} for v in (100, 101, 102, 103, 104)]\n"
+             f"try:\n    rules.judge(runs, runs, pickle.loads(open({str(made)!r}, 'rb').read()))\n"
+             "except PolicyError as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", judge], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    said = done.stdout + done.stderr  # unpickling re-validates the policy: the error names the method
+    assert "got 'toy'" in said and "entry points 'mlflow_perfgate.methods'" in said, said
+    assert "Traceback" not in said  # a PolicyError, caught as such
