@@ -167,3 +167,18 @@ def test_a_policy_judged_where_its_plugin_is_not_installed_says_so(site, tmp_pat
     said = done.stdout + done.stderr  # unpickling re-validates the policy: the error names the method
     assert "got 'toy'" in said and "entry points 'mlflow_perfgate.methods'" in said, said
     assert "Traceback" not in said  # a PolicyError, caught as such
+
+
+def test_a_plugin_that_fails_to_load_is_left_out_saying_why(site, tmp_path):
+    broken = tmp_path / "broken"
+    info = broken / "perfgate_broken-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: perfgate-broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[mlflow_perfgate.methods]\nbroken = perfgate_missing_module:METHOD\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(broken), str(site), os.getcwd()))}
+    done = subprocess.run([sys.executable, "-m", "mlflow_perfgate", "compare", "--help"], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 0
+    assert "[seed|robust|paired|toy]" in " ".join(done.stdout.split())  # the others stay
+    assert "the method plugin 'broken' (perfgate_missing_module:METHOD, from perfgate-broken) could not be loaded" \
+        in done.stderr and "ModuleNotFoundError" in done.stderr
