@@ -182,3 +182,11 @@ def test_a_plugin_that_fails_to_load_is_left_out_saying_why(site, tmp_path):
     assert "[seed|robust|paired|toy]" in " ".join(done.stdout.split())  # the others stay
     assert "the method plugin 'broken' (perfgate_missing_module:METHOD, from perfgate-broken) could not be loaded" \
         in done.stderr and "ModuleNotFoundError" in done.stderr
+
+
+def test_the_readme_s_entry_points_are_the_ones_installed_here():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for group, name, target in (("mlflow_perfgate.methods", "toy", "perfgate_toy:TOY_METHOD"),
+                                ("mlflow_perfgate.objectives", "wall", "perfgate_toy:make_wall_objective")):
+        assert f'[project.entry-points."{group}"]' in readme
+        assert f'{name} = "{target}"' in readme and f"{name} = {target}" in ENTRY_POINTS
