@@ -32,7 +32,10 @@ import math
 import statistics
 from typing import Mapping
 
+import numpy as np
+
 from ._checks import (
+    REL_TOL,
     above,
 )
 from ._policy import Policy
@@ -40,7 +43,6 @@ from ._records import ArmSummary, Decision, interval_text
 from ._registry import Figure, Method, Objective
 from ._robust import advice_floor, robust_rule
 from ._statistical import Estimate, statistical_decision, statistical_floor, statistical_texts
-from ._suite import paired_boundary_p_value
 from ._stats import (
     log_ratios,
     min_pairs_signed_rank,
@@ -201,6 +203,27 @@ def _describe(s: Mapping) -> str:
     return (f"one-sided {test} p = {s['p_value']:.4g} over {s.get('pairs')} ABBA rounds; "
             f"within-round ratio candidate/baseline {s['ratio_estimate']:.4g}, "
             f"{interval_text(s.get('ratio_ci_low'), s.get('ratio_ci_high'), s.get('confidence'))} (Hodges-Lehmann)")
+
+
+def paired_boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float) -> float:
+    """The paired method's: the count of :func:`robust_boundary_p_value` over the ``n(n+1)/2`` Walsh
+    averages of the complete ABBA rounds' log ratios (:func:`complete_rounds`), against the
+    signed-rank null distribution (:func:`~._stats.signed_rank_null_cdf`) up to 50 rounds, its normal
+    approximation above."""
+    from ._stats import _EXACT_W_MAX, log_ratios, normal_cdf, signed_rank_null_cdf, walsh_averages
+
+    _, base, cand = complete_rounds(b, c)
+    if not base:
+        return 1.0
+    limit = boundary * (1 + REL_TOL)
+    walsh = walsh_averages(log_ratios(base, cand))
+    count = int(np.count_nonzero(np.exp(walsh) <= limit))
+    n = len(base)
+    if n <= _EXACT_W_MAX:
+        return float(min(1.0, signed_rank_null_cdf(n)[count]))
+    total = n * (n + 1) / 2
+    spread = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    return min(1.0, normal_cdf((count + 0.5 - total / 2) / spread))
 
 
 #: The paired method's entry in the method registry; its metric names do not clash with the robust method's.

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
 from ._errors import InputError, MissingField, RuleTypeError, check_finite
-from ._policy import LATENCY_KEYS, STEP_FIGURES
+from ._settings import LATENCY_KEYS, STEP_FIGURES
 from ._scalars import plain_flag, plain_mapping, plain_record, to_python
 from ._stats import nearest_rank
 

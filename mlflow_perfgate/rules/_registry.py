@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ._errors import PolicyError
-from ._policy import MODES, SPEC_THRESHOLDS, Setting
+from ._settings import MODES, SPEC_THRESHOLDS, Setting
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._policy import Policy

@@ -23,7 +23,10 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+import numpy as np
+
 from ._checks import (
+    REL_TOL,
     above,
     exceedance_tail_text,
 )
@@ -35,7 +38,6 @@ from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._regression import evaluate_seed_non_regression
 from ._statistical import (Estimate, improvement_verdict, no_regression_verdict, statistical_decision,
                            statistical_floor, statistical_texts)
-from ._suite import robust_boundary_p_value
 from ._stats import (
     flag_contention,
     hodges_lehmann_ratio,
@@ -195,6 +197,27 @@ def _describe(s: Mapping) -> str:
     interval = interval_text(s.get("ratio_ci_low"), s.get("ratio_ci_high"), s.get("confidence"))
     return (f"one-sided Mann-Whitney p = {s['p_value']:.4g}; candidate/baseline ratio "
             f"{s['ratio_estimate']:.4g}, {interval} (Hodges-Lehmann)")
+
+
+def robust_boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float) -> float:
+    """The robust method's: ``U_b`` counts the ``m n`` pairwise ratios candidate / baseline at or
+    below ``boundary``; ``p = P(U <= U_b)`` under the exact null distribution of the Mann-Whitney
+    statistic (:func:`~._stats.u_null_cdf`) up to 50 attempts per arm, else
+    ``Phi((U_b + 0.5 - m n / 2) / sqrt(m n (m + n + 1) / 12))``."""
+    from ._stats import _EXACT_U_MAX, log_latencies, normal_cdf, u_null_cdf
+
+    if not b.latencies or not c.latencies:
+        return 1.0
+    limit = boundary * (1 + REL_TOL)  # a difference exactly at the boundary counts as at or below it
+    base = log_latencies(b.latencies, "baseline latencies")
+    cand = log_latencies(c.latencies, "candidate latencies")
+    ratios = np.exp(np.subtract.outer(cand, base))
+    count = int(np.count_nonzero(ratios <= limit))
+    m, n = base.size, cand.size
+    if max(m, n) <= _EXACT_U_MAX:
+        return float(min(1.0, u_null_cdf(m, n)[count]))
+    spread = math.sqrt(m * n * (m + n + 1) / 12)
+    return min(1.0, normal_cdf((count + 0.5 - m * n / 2) / spread))
 
 
 #: The robust method's entry in the method registry.

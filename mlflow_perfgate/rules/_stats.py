@@ -68,6 +68,11 @@ LOG_RATIO_DECIMALS = 12
 SMALL_SAMPLE_MIN_ROUNDS = 5
 
 
+def normal_cdf(x: float) -> float:
+    """The standard normal distribution function (``math.erfc``: no scipy)."""
+    return 0.5 * math.erfc(-x / math.sqrt(2))
+
+
 def _norm():
     """``scipy.stats.norm``, imported on first use: listing the methods (``--help``) needs no scipy."""
     from scipy.stats import norm

@@ -87,8 +87,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
-
 from ._checks import REL_TOL, above
 from ._errors import InputError, PolicyError, RuleTypeError, check_finite
 from ._policy import LATENCY_KEYS, Setting, check_settings
@@ -433,18 +431,14 @@ def look_adjusted_p(p: float, look: int | None, max_looks: int | None, *, spendi
     return high
 
 
-def _normal_cdf(x: float) -> float:
-    return 0.5 * math.erfc(-x / math.sqrt(2))
-
-
 def boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float, *, method: str = "robust") -> float:
     """One-sided p-value of "the latency ratio candidate / baseline exceeds ``boundary``".
 
     The test the entry's interval inverts (see the module docstring): ``p <= (1 - confidence) /
     2`` exactly when the interval's lower bound exceeds ``boundary``, up to the relative
     tolerance of the rules' comparisons. The method's registry entry computes it
-    (:attr:`~._registry.Method.boundary_p_value`): :func:`robust_boundary_p_value` and
-    :func:`paired_boundary_p_value` for the built-ins, a plugin's own for its method.
+    (:attr:`~._registry.Method.boundary_p_value`): ``_robust.robust_boundary_p_value`` and
+    ``_paired.paired_boundary_p_value`` for the built-ins, a plugin's own for its method.
 
     Returns:
         The p-value in [0, 1]; 1 when an arm has no successful attempt (or no complete round).
@@ -471,49 +465,6 @@ def methods_with_p_values() -> list[str]:
     from ._registry import METHODS
 
     return [name for name in METHODS if METHODS[name].boundary_p_value is not None]
-
-
-def robust_boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float) -> float:
-    """The robust method's: ``U_b`` counts the ``m n`` pairwise ratios candidate / baseline at or
-    below ``boundary``; ``p = P(U <= U_b)`` under the exact null distribution of the Mann-Whitney
-    statistic (:func:`~._stats.u_null_cdf`) up to 50 attempts per arm, else
-    ``Phi((U_b + 0.5 - m n / 2) / sqrt(m n (m + n + 1) / 12))``."""
-    from ._stats import _EXACT_U_MAX, log_latencies, u_null_cdf
-
-    if not b.latencies or not c.latencies:
-        return 1.0
-    limit = boundary * (1 + REL_TOL)  # a difference exactly at the boundary counts as at or below it
-    base = log_latencies(b.latencies, "baseline latencies")
-    cand = log_latencies(c.latencies, "candidate latencies")
-    ratios = np.exp(np.subtract.outer(cand, base))
-    count = int(np.count_nonzero(ratios <= limit))
-    m, n = base.size, cand.size
-    if max(m, n) <= _EXACT_U_MAX:
-        return float(min(1.0, u_null_cdf(m, n)[count]))
-    spread = math.sqrt(m * n * (m + n + 1) / 12)
-    return min(1.0, _normal_cdf((count + 0.5 - m * n / 2) / spread))
-
-
-def paired_boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float) -> float:
-    """The paired method's: the count of :func:`robust_boundary_p_value` over the ``n(n+1)/2`` Walsh
-    averages of the complete ABBA rounds' log ratios (:func:`~._paired.complete_rounds`), against the
-    signed-rank null distribution (:func:`~._stats.signed_rank_null_cdf`) up to 50 rounds, its normal
-    approximation above."""
-    from ._paired import complete_rounds
-    from ._stats import _EXACT_W_MAX, log_ratios, signed_rank_null_cdf, walsh_averages
-
-    _, base, cand = complete_rounds(b, c)
-    if not base:
-        return 1.0
-    limit = boundary * (1 + REL_TOL)
-    walsh = walsh_averages(log_ratios(base, cand))
-    count = int(np.count_nonzero(np.exp(walsh) <= limit))
-    n = len(base)
-    if n <= _EXACT_W_MAX:
-        return float(min(1.0, signed_rank_null_cdf(n)[count]))
-    total = n * (n + 1) / 2
-    spread = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
-    return min(1.0, _normal_cdf((count + 0.5 - total / 2) / spread))
 
 
 def _tail_p_value(figures: Mapping[str, Any], maximum_p95_ratio: float | None) -> float:

@@ -40,9 +40,9 @@ _EXPORTS = {
     "probe_correctness": "_probe",
     "profile_operators": "_evidence",
     "resolve_workload": "_interface",
-    "run_attempt": "_attempt",
+    "run_attempt": "_run",
     "run_diagnosis": "_diagnosis",
-    "run_interleaved": "_interleave",
+    "run_interleaved": "_run",
     "shape": "_conditions",
 }
 

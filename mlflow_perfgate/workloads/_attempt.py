@@ -40,6 +40,12 @@ from typing import Any
 from .._contain import kill_tree
 from ..rules import validate_validity_report
 from ._conditions import parse_int
+from ._failures import describe_failure
+from ._failures import can_inspect as _can_inspect
+from ._failures import describe_exception as _describe_exception
+from ._failures import system_exit_reason as _exit_reason
+from ._failures import tail as _tail
+from ._failures import timeout_reason as _timeout_reason
 from ._contention import ContentionSampler, summarize_steps
 from ._names import workload_target
 from ._wire import FormatError, read_json, write_json_atomic
@@ -47,17 +53,14 @@ from ._wire import FormatError, read_json, write_json_atomic
 # torch, and the modules that need it, are imported where an attempt runs (in its child, or
 # here when in-process): the side that only starts children imports no torch (``_runner``).
 
-__all__ = ["AttemptResult", "DEFAULT_TIMEOUT_S", "interleave", "run_attempt"]
+__all__ = ["AttemptResult", "DEFAULT_TIMEOUT_S", "interleave"]
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_WARMUP = 2
 DEFAULT_STEPS = 10
-#: Characters of a traceback or child log kept in ``failure_detail``.
-_DETAIL_CHARS = 4000
 _MEM_STATUSES = (None, "measured", "estimated")
 #: The per-step contention lists, parallel to ``step_times_ms`` when present.
 _STEP_CONTENTION = ("step_wait_ms", "step_wait_share", "step_cpu_ms", "step_nivcsw")
-_OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
 _CHILD_MODULE = "mlflow_perfgate.workloads._child"
 _CONTAIN_MODULE = "mlflow_perfgate._contain"
 _RUNNERS = (None, "fork", "spawn")
@@ -283,35 +286,6 @@ def interleave(n: int, arms: tuple[str, str] = ("baseline", "candidate")) -> lis
     return order
 
 
-def _describe_exception(error: BaseException) -> str:
-    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    label = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    torch = sys.modules.get("torch")  # the workload's code imported it, if it raised one of its errors
-    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), MemoryError) if t)
-    if isinstance(error, oom_types) or (
-        isinstance(error, RuntimeError) and any(m in message.lower() for m in _OOM_MARKERS)
-    ):
-        return f"out_of_memory: {label}"
-    return f"exception: {label}"
-
-
-def _tail(text: str) -> str:
-    return text if len(text) <= _DETAIL_CHARS else "..." + text[-_DETAIL_CHARS:]
-
-
-def _timeout_reason(timeout_s: float) -> str:
-    return f"timeout after {float(timeout_s)}s"
-
-
-def _can_inspect(workload: Any) -> bool:
-    """Whether the probe and the memory estimate apply (a model and the stage methods)."""
-    import torch
-
-    from ._interface import missing_stages
-
-    return isinstance(getattr(workload, "model", None), torch.nn.Module) and not missing_stages(workload)
-
-
 def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, steps: int,
                        threads: int | None, probe: bool, timeout_s: float | None,
                        memory: bool = True) -> AttemptResult:
@@ -375,7 +349,7 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
                 validity = probe_correctness(workload)
             elif probe and failure == "non_finite_loss" and _can_inspect(workload):
                 good_steps = len(warm.times_ms) + len(measured.times_ms)
-                validity, note = _localise_non_finite(workload_name, conditions, good_steps, detail)
+                validity, note = localise_non_finite(workload_name, conditions, good_steps, detail)
                 detail = f"{detail}; {note}" if note else detail
         except _InvalidConditions as error:
             failure = f"invalid_conditions: {error.__cause__}"
@@ -419,15 +393,6 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
     )
 
 
-def _exit_reason(error: SystemExit) -> str:
-    return f"exited: sys.exit({error.code!r}) inside the workload"
-
-
-def describe_failure(error: BaseException) -> str:
-    """The failure reason of an exception or a ``SystemExit`` raised by the workload's code."""
-    return _exit_reason(error) if isinstance(error, SystemExit) else _describe_exception(error)
-
-
 def failed_before_start(spec: dict, error: BaseException) -> AttemptResult:
     """The result of an attempt whose workload module raised while a child imported it (call in ``except``)."""
     return AttemptResult(ok=False, failure=describe_failure(error), failure_detail=_tail(traceback.format_exc()),
@@ -460,7 +425,7 @@ def measured_threads(per_step: list[int], requested: int, at_end: int) -> dict:
     return {"torch_threads": measured, "threads_requested": requested, "threads_note": note}
 
 
-def _localise_non_finite(workload_name: str, conditions: dict, good_steps: int,
+def localise_non_finite(workload_name: str, conditions: dict, good_steps: int,
                          observed: str) -> tuple[dict | None, str | None]:
     """Replay an attempt up to its first non-finite step, from the same seed, and probe that step.
 
@@ -758,78 +723,3 @@ def run_spawned(spec: dict, timeout_s: float) -> AttemptResult:
     return result_of_ending(spec, timeout_s=timeout_s, runner="spawn", wall_s=ended.wall_s,
                             exitcode=ended.exitcode, timed_out=ended.timed_out, payload=payload,
                             log_tail=log_tail)
-
-
-def run_attempt(
-    workload_name: str,
-    conditions: dict,
-    *,
-    warmup: int | None = None,
-    steps: int | None = None,
-    threads: int | None = None,
-    supervised: bool = True,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    probe: bool = True,
-    runner: Any = None,
-    memory: bool = True,
-) -> AttemptResult:
-    """Run one attempt of a workload under fixed conditions and return what happened.
-
-    The attempt builds the workload, runs ``warmup`` untimed steps and ``steps`` timed ones,
-    reads ``quality()``, collects the memory record and runs the correctness probe once (on a
-    probe step outside the timed ones). Failures are results (``ok=False`` with a reason), never
-    exceptions; only bad arguments to this function raise.
-
-    Args:
-        workload_name: ``"tinylm"`` or a factory ``"module:function"`` taking the conditions.
-        conditions: the conditions passed to the factory; recorded as given. Must be
-            JSON-serialisable for a supervised attempt.
-        warmup: warm-up steps (default ``conditions['warmup']``, else 2).
-        steps: measured steps (default ``conditions['steps']``, else 10).
-        threads: torch intra-op threads during the attempt; ``None`` uses the caller's current
-            count (also in the child), so both modes measure with the same threads. A caller
-            that has not imported torch (the command line) gets a fresh interpreter's count,
-            which the fork runner's server reads in a forked child.
-        supervised: run in a child process that may crash, hang or be killed without harming the
-            caller. ``False`` runs in this process: faster, but a kill or segfault takes the
-            caller with it and a hung step is never interrupted.
-        timeout_s: wall-clock limit of the attempt, child start included (not the fork
-            runner's server start, which is the runner's, once). Supervised: the child is
-            killed. In-process: checked between steps only.
-        probe: run the correctness probe.
-        memory: collect the memory record (``False``: the result has none; a comparison that
-            already holds this arm's CPU estimate carries it, see ``harness``).
-        runner: for a supervised attempt, what starts its child: an
-            :class:`~mlflow_perfgate.workloads.AttemptRunner` (see :func:`attempt_runner`; many
-            attempts share its warm server), or a kind, ``"spawn"``, ``"fork"`` or ``"auto"``,
-            for this one attempt. ``None`` is ``"spawn"``: a fresh interpreter per attempt, as
-            before runners existed (a fork runner made for one attempt saves nothing).
-
-    Returns:
-        The :class:`AttemptResult`.
-
-    Raises:
-        ValueError: an unknown workload (for a supervised attempt, found by its child:
-            :class:`WorkloadRefused`), a bad ``warmup``/``steps``/``threads``/``timeout_s``,
-            ``warmup``/``steps`` that disagree with the same keys in ``conditions``, (for a
-            supervised attempt) conditions that JSON cannot carry, a ``runner`` that is not a
-            runner or a kind, or a ``runner`` with ``supervised=False``.
-    """
-    arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe,
-                 "memory": memory}
-    if not supervised:
-        if runner is not None:
-            raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
-        spec = prepare_spec(workload_name, conditions, supervised=False, import_workload=True, **arguments)
-        return execute_in_process(spec["workload"], conditions, warmup=spec["warmup"], steps=spec["steps"],
-                                  threads=spec["threads"], probe=probe, timeout_s=timeout_s, memory=memory)
-    from ._runner import AttemptRunner, attempt_runner, runner_kind
-
-    if isinstance(runner, AttemptRunner):
-        return runner.run(workload_name, conditions, **arguments)
-    kind = runner_kind("spawn" if runner is None else runner)
-    # Bad arguments raise before any process starts; the workload's module is imported in
-    # children only (a name that does not resolve is refused by the child, as ValueError).
-    prepare_spec(workload_name, conditions, supervised=True, **arguments)
-    with attempt_runner(kind) as owned:
-        return owned.run(workload_name, conditions, **arguments)

@@ -21,7 +21,8 @@ import os
 import sys
 
 from .._contain import kill_tree
-from ._attempt import describe_failure, execute_in_process, failed_before_start, write_refusal, write_result
+from ._attempt import execute_in_process, failed_before_start, write_refusal, write_result
+from ._failures import describe_failure
 from ._interface import resolve_workload
 from ._interleave import INTERLEAVED, run_interleaved_spec
 from ._wire import read_json, write_json_atomic

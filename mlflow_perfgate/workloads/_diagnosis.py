@@ -19,16 +19,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._attempt import (
-    DEFAULT_TIMEOUT_S,
-    WorkloadRefused,
-    _tail,
-    _timeout_reason,
-    caller_threads,
-    describe_failure,
-    exit_reason,
-    spawn_contained,
-)
+from ._attempt import DEFAULT_TIMEOUT_S, WorkloadRefused, caller_threads, exit_reason, spawn_contained
+from ._failures import describe_failure, tail, timeout_reason
 from ._names import workload_target
 from ._wire import FormatError, read_json, write_json_atomic
 
@@ -120,7 +112,7 @@ def collect_in_process(workload_name: str, conditions: dict, *, steps: int, capa
                 if profile:
                     files = profile_operators(instance, out_dir, steps=min(steps, 3))
         except (Exception, SystemExit) as error:  # noqa: BLE001 - the workload's failure is data
-            failure, detail = describe_failure(error), _tail(traceback.format_exc())
+            failure, detail = describe_failure(error), tail(traceback.format_exc())
         finally:
             close = getattr(instance, "close", None)
             if callable(close):
@@ -128,7 +120,7 @@ def collect_in_process(workload_name: str, conditions: dict, *, steps: int, capa
                     close()
                 except (Exception, SystemExit) as error:  # noqa: BLE001
                     if failure is None:
-                        failure, detail = describe_failure(error), _tail(traceback.format_exc())
+                        failure, detail = describe_failure(error), tail(traceback.format_exc())
             measured = torch.get_num_threads()
     if failure is None:
         # What the child writes must survive JSON; what the caller gets is what it would read.
@@ -149,7 +141,7 @@ def run_diagnosis_spec(spec: dict, result_path: str) -> None:
 
 def write_diagnosis_failure(result_path: str, error: BaseException) -> None:
     """In the child, inside ``except``: the workload's module raised while it was imported."""
-    failed = DiagnosisResult(ok=False, failure=describe_failure(error), failure_detail=_tail(traceback.format_exc()))
+    failed = DiagnosisResult(ok=False, failure=describe_failure(error), failure_detail=tail(traceback.format_exc()))
     write_json_atomic(result_path, {"diagnosis": failed.to_dict()})
 
 
@@ -197,7 +189,7 @@ def run_diagnosis(workload_name: str, conditions: dict, *, out_dir: str | os.Pat
         except ValueError:
             raise
         except (Exception, SystemExit) as error:  # noqa: BLE001 - the module's own code failed: data
-            return DiagnosisResult(ok=False, failure=describe_failure(error), failure_detail=_tail(traceback.format_exc()))
+            return DiagnosisResult(ok=False, failure=describe_failure(error), failure_detail=tail(traceback.format_exc()))
         return collect_in_process(workload_name, conditions, steps=steps, capacity_mib=capacity_mib,
                                   profile=profile, threads=threads, out_dir=out_dir)
     workload_target(workload_name)
@@ -224,7 +216,7 @@ def run_diagnosis(workload_name: str, conditions: dict, *, out_dir: str | os.Pat
     base = {"supervised": True, "exitcode": ended.exitcode, "wall_s": ended.wall_s,
             "threads_requested": spec["threads"]}
     if ended.timed_out:
-        return DiagnosisResult(ok=False, failure=_timeout_reason(timeout_s), failure_detail=ended.log_tail or None,
+        return DiagnosisResult(ok=False, failure=timeout_reason(timeout_s), failure_detail=ended.log_tail or None,
                                **base)
     if ended.reason is not None:
         return DiagnosisResult(ok=False, failure=ended.reason, failure_detail=ended.log_tail or None, **base)

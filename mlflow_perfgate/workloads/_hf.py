@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ._conditions import choice, flag, integer, number, parse_device, shape
-from ._interface import Workload
+from ._base import Workload
 from ._outputs import logits_of, loss_of
 from ._reads import READ_ATTRIBUTE, ConditionReads
 

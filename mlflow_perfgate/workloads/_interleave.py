@@ -37,18 +37,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from ._attempt import (
-    DEFAULT_TIMEOUT_S,
-    AttemptResult,
-    _can_inspect,
-    _describe_exception,
-    _localise_non_finite,
-    _tail,
-    _timeout_reason,
-    interleave,
-    prepare_spec,
-    write_result,
-)
+from ._attempt import AttemptResult, interleave, localise_non_finite, prepare_spec, write_result
+from ._failures import can_inspect, describe_exception, tail, timeout_reason
 from ._contention import ContentionSampler, summarize_steps
 from ._wire import FormatError, read_json, write_json_atomic
 
@@ -56,7 +46,7 @@ from ._wire import FormatError, read_json, write_json_atomic
 # functions before prepare_interleaved_spec); the runner's side imports no torch.
 
 __all__ = ["INTERLEAVED", "INTERLEAVE_REFUSED", "execute_interleaved", "pair_results", "prepare_interleaved_spec",
-           "run_interleaved", "run_interleaved_spec", "run_pair", "step_positions"]
+           "run_interleaved_spec", "run_pair", "step_positions"]
 
 #: The spec ``kind`` of a step-interleaved child.
 INTERLEAVED = "interleaved"
@@ -103,14 +93,14 @@ class _Arm:
 
     def fail(self, error: BaseException) -> None:
         if self.failure is None:
-            self.failure, self.detail = _describe_exception(error), _tail(traceback.format_exc())
+            self.failure, self.detail = describe_exception(error), tail(traceback.format_exc())
 
     def stopped(self, samples: TimedSteps, steps: int, timeout_s: float | None) -> None:
         """Turn a loop's early stop (a non-finite loss, the deadline) into this arm's failure."""
         if samples.failure == "non_finite_loss":
             self.failure, self.detail = "non_finite_loss", samples.failure_detail
         elif samples.failure == "timeout" and len(self.measured.times_ms) < steps:
-            self.failure, self.detail = _timeout_reason(timeout_s), samples.failure_detail
+            self.failure, self.detail = timeout_reason(timeout_s), samples.failure_detail
 
 
 def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int, steps: int,
@@ -143,7 +133,7 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                 try:
                     arm.workload = make_workload(workload_name, arm.conditions)
                 except ValueError as error:
-                    arm.failure, arm.detail = f"invalid_conditions: {error}", _tail(traceback.format_exc())
+                    arm.failure, arm.detail = f"invalid_conditions: {error}", tail(traceback.format_exc())
                     continue
                 except Exception as error:  # noqa: BLE001 - a failure of this arm, not of the other
                     arm.fail(error)
@@ -240,18 +230,18 @@ def _finish_arm(arm: _Arm, workload_name: str, probe: bool, memory: bool = True)
             tokens = fields.get("tokens_per_step")
             if tokens:
                 fields["throughput_tok_s"] = tokens * 1e3 / fields["latency_ms"]
-            if memory and _can_inspect(arm.workload):
+            if memory and can_inspect(arm.workload):
                 record = collect_memory_evidence(arm.workload)
                 if record["status"] == "measured":
                     record = {**record, "notes": [*record.get("notes", []), _SHARED_PEAK_NOTE]}
                 fields["memory"] = record
                 fields["peak_mem_mib"] = record.get("unclamped_reserved_mib", record["reserved_mib"])
                 fields["mem_status"] = record["status"]
-        if probe and arm.alive and _can_inspect(arm.workload):
+        if probe and arm.alive and can_inspect(arm.workload):
             arm.validity = probe_correctness(arm.workload)
-        elif probe and arm.failure == "non_finite_loss" and _can_inspect(arm.workload):
+        elif probe and arm.failure == "non_finite_loss" and can_inspect(arm.workload):
             good_steps = len(arm.warm.times_ms) + len(measured.times_ms)
-            arm.validity, note = _localise_non_finite(workload_name, arm.conditions, good_steps, arm.detail)
+            arm.validity, note = localise_non_finite(workload_name, arm.conditions, good_steps, arm.detail)
             arm.detail = f"{arm.detail}; {note}" if note else arm.detail
     except Exception as error:  # noqa: BLE001 - every workload failure is data
         arm.fail(error)
@@ -358,60 +348,3 @@ def run_pair(run_spec: Callable[[dict, float], AttemptResult], workload_name: st
         spec["pair_result"] = str(Path(tmp) / "pair.json")
         lead = run_spec(spec, float(timeout_s))
         return pair_results(lead, spec["pair_result"], conditions_a, conditions_b)
-
-
-def run_interleaved(
-    workload_name: str,
-    conditions_a: dict,
-    conditions_b: dict,
-    *,
-    warmup: int | None = None,
-    steps: int | None = None,
-    threads: int | None = None,
-    supervised: bool = True,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    probe: bool = True,
-    memory: bool = True,
-    runner: Any = None,
-) -> tuple[AttemptResult, AttemptResult]:
-    """Run one attempt of each of two arms in one process, their measured steps interleaved A B B A ...
-
-    What :func:`run_attempt` is for one attempt, for a pair (see the module docstring): failures
-    are results, never exceptions; only bad arguments raise.
-
-    Args:
-        workload_name: the workload both arms build (``"tinylm"`` or ``"module:function"``).
-        conditions_a: the leading arm's conditions (built, warmed and measured first).
-        conditions_b: the other arm's.
-        warmup, steps, threads, probe, memory: as for :func:`run_attempt` (``memory`` for both
-            arms); ``warmup`` and ``steps`` must resolve to the same counts for both arms.
-        supervised: run in a child process of its own (a crash there fails both attempts);
-            ``False`` runs here.
-        timeout_s: the wall-clock limit of the shared child (both arms: about twice one attempt).
-        runner: as for :func:`run_attempt`: an ``AttemptRunner`` or a kind (``None`` is ``spawn``).
-
-    Returns:
-        ``(result of arm A, result of arm B)``.
-
-    Raises:
-        ValueError: bad arguments, as :func:`run_attempt` says, or arms whose ``warmup`` or
-            ``steps`` differ.
-    """
-    arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe,
-                 "memory": memory}
-    if not supervised:
-        if runner is not None:
-            raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
-        spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, supervised=False, **arguments)
-        return execute_interleaved(workload_name, conditions_a, conditions_b, warmup=spec["warmup"],
-                                   steps=spec["steps"], threads=spec["threads"], probe=probe, timeout_s=timeout_s,
-                                   memory=memory)
-    from ._runner import AttemptRunner, attempt_runner, runner_kind
-
-    if isinstance(runner, AttemptRunner):
-        return runner.run_interleaved(workload_name, conditions_a, conditions_b, **arguments)
-    kind = runner_kind("spawn" if runner is None else runner)
-    prepare_interleaved_spec(workload_name, conditions_a, conditions_b, supervised=True,
-                             import_workload=kind == "spawn", **arguments)
-    with attempt_runner(kind) as owned:
-        return owned.run_interleaved(workload_name, conditions_a, conditions_b, **arguments)

@@ -43,7 +43,7 @@ from ._attempt import (
     run_spawned,
     spawn_contained,
 )
-from ._attempt import _tail as tail
+from ._failures import tail
 from ._interleave import run_pair
 from ._names import workload_target
 from ._wire import FormatError, decode_line, encode_line, read_json

@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint as activation_checkpoint
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from ._conditions import parse_bool, parse_choice, parse_device, parse_int, parse_shape
-from ._interface import Workload
+from ._base import Workload
 
 __all__ = ["TinyLM", "TinyLMConfig", "TinyLMWorkload", "make_workload"]
 

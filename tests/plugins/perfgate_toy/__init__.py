@@ -16,7 +16,7 @@ from mlflow_perfgate.rules import Check, Figure, Method, Objective
 from mlflow_perfgate.rules._policy import Setting
 from mlflow_perfgate.rules._robust import robust_rule
 from mlflow_perfgate.rules._statistical import statistical_floor
-from mlflow_perfgate.rules._suite import robust_boundary_p_value
+from mlflow_perfgate.rules._robust import robust_boundary_p_value
 
 
 def toy_rule(b, c, policy, objective, *, look=None, max_looks=None, **extra):
