@@ -91,3 +91,47 @@ def test_every_rules_module_imported_on_its_own_loads_neither_mlflow_nor_torch()
                                    text=True, timeout=120, check=False)
         assert completed.returncode == 0, completed.stderr
         assert json.loads(completed.stdout.strip().splitlines()[-1]) == {name: []}, name
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Each module of the package and the package modules it imports (top level or in a function),
+    leaving out imports under ``if TYPE_CHECKING:`` and edges into packages (lazy ``__init__``)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "mlflow_perfgate"
+    modules = {".".join(path.relative_to(root.parent).with_suffix("").parts): path for path in root.rglob("*.py")}
+    packages = {name[:-len(".__init__")] for name in modules if name.endswith(".__init__")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        if name.endswith(".__init__"):
+            continue
+        tree = ast.parse(path.read_text())
+        typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(block.test) for node in ast.walk(block)}
+        base = name.split(".")[:-1]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or id(node) in typing_only:
+                continue
+            target = ".".join(base[:len(base) - node.level + 1] + [node.module or ""]) if node.level else node.module
+            target = (target or "").strip(".")
+            for candidate in [target] + [f"{target}.{alias.name}" for alias in node.names]:
+                if candidate in modules and candidate not in packages and candidate != name:
+                    graph.setdefault(name, set()).add(candidate)
+    return graph
+
+
+def test_no_module_of_the_package_imports_one_that_imports_it_back():
+    graph = _module_imports()
+    circles = []
+
+    def walk(node, path, seen):
+        for nxt in graph.get(node, ()):
+            if nxt == path[0]:
+                circles.append(" -> ".join(path + [nxt]))
+            elif nxt not in seen and len(path) < 6:
+                seen.add(nxt)
+                walk(nxt, path + [nxt], seen)
+
+    for start in graph:
+        walk(start, [start], {start})
+    assert not circles, "import circles:\n" + "\n".join(sorted(set(circles)))
