@@ -468,6 +468,57 @@ def compare(
     Returns:
         ``evaluate_group``'s result, with ``comparison_run_id``.
     """
+    plan = _plan_comparison(workload, conditions, change, attempts=attempts, group=group,
+                            experiment_name=experiment_name, objective=objective, supervised=supervised,
+                            runner=runner, timeout_s=timeout_s, threads=threads, until_decisive=until_decisive,
+                            max_attempts=max_attempts, progress=progress, hypothesis=hypothesis,
+                            on_attempt=on_attempt, parent_run_id=parent_run_id, resume=resume,
+                            interleave=interleave, allow_undecidable=allow_undecidable,
+                            evaluate_kwargs=evaluate_kwargs)
+    return _Comparison(plan).run()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """A comparison's validated inputs (:func:`_plan_comparison`): nothing has run or been written."""
+
+    workload: str
+    base: dict
+    candidate: dict
+    variable: str
+    objective: str
+    policy: Any
+    attempts: int
+    until_decisive: bool
+    max_attempts: int | None
+    interleave: str
+    supervised: bool
+    runner: Any
+    timeout_s: float
+    threads: int | None
+    group: str | None
+    experiment_name: str | None
+    parent_run_id: str | None
+    resume: bool
+    allow_undecidable: bool
+    progress: bool
+    on_attempt: Callable[[str, Any], None] | None
+    evaluate_kwargs: dict
+
+    @property
+    def most(self) -> int:
+        """The most attempts per arm this call may run."""
+        return self.max_attempts if self.until_decisive else self.attempts
+
+
+def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts: int, objective: str | None,
+                     until_decisive: bool, max_attempts: int | None, interleave: str, supervised: bool, runner: Any,
+                     hypothesis: str, evaluate_kwargs: dict, **rest: Any) -> _Plan:
+    """Check everything :func:`compare` is given, before anything runs; the :class:`_Plan`.
+
+    Raises:
+        InputError, PolicyError, SingleVariableError: see :func:`compare`.
+    """
     if type(attempts) is not int or attempts < 1:
         raise InputError(f"attempts must be a positive integer, got {attempts!r}")
     if until_decisive and (type(max_attempts) is not int or max_attempts < attempts):
@@ -480,174 +531,246 @@ def compare(
         _check_interleave(interleave, str(next(iter(change))), base, objective, supervised, runner)
     require_fixed_conditions(base)
     variable, value = _validated_change(base, change, hypothesis)
-    candidate = {**base, variable: value}
     _check_interleave(interleave, variable, base, objective, supervised, runner)
-    from tqdm import tqdm  # the checks above need none of these
+    return _Plan(workload=workload, base=base, candidate={**base, variable: value}, variable=variable,
+                 objective=objective, policy=policy, attempts=attempts, until_decisive=until_decisive,
+                 max_attempts=max_attempts, interleave=interleave, supervised=supervised, runner=runner,
+                 evaluate_kwargs=dict(evaluate_kwargs), **rest)
 
-    from .workloads import run_attempt, run_interleaved
-    from .workloads import interleave as abba
-    from .workloads._interleave import INTERLEAVE_REFUSED
 
-    # One runner for the whole comparison: with fork, one warm server for all its attempts.
-    active, owned = _runner_for(runner, workload, supervised)
-    try:
-        from .tracking import TAG, end_run, evaluate_group, group_state, start_attempt, start_comparison, sync, tag_run
-        _ready_store_while_warming(workload, active, timeout_s)  # the workload checked before anything is written
-        group = group or f"{workload.split(':')[-1]}-{variable}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        held = group_state(group, experiment_name=experiment_name)
-        if held["attempts"] and not resume:
+class _Comparison:
+    """One comparison in its steps: open (the runner, the store, the group, the refusals, the
+    comparison run), run its rounds (ABBA attempts or step-interleaved rounds, then the looks of
+    ``--until-decisive``), decide, or end KILLED saying why. :func:`compare` (and through it
+    ``pipeline``, ``suite run``, ``history --bisect`` and the Ray dispatch) runs exactly these."""
+
+    def __init__(self, plan: _Plan):
+        self.plan = plan
+        self.arms = {"baseline": plan.base, "candidate": plan.candidate}
+        self.deferred: list[str] = []  # attempts kept in the journal while the server was down
+        self.in_flight: list = []  # the started attempts whose outcome is not known yet (KILLED if compare stops)
+        self.witness = _ChangeWitness(plan.variable)  # the factory must not ignore the change (once per arm)
+        self.quality_seen = plan.allow_undecidable  # the quality gate must be able to fail (first baseline)
+        self.memory = _MemoryCarrier(plan.objective)  # a CPU estimate once per arm, where nothing judges it
+        self.active = None
+        self.owned = False
+
+    # -- open ---------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Everything before the first attempt; the runner is closed again if any of it fails."""
+        plan = self.plan
+        # One runner for the whole comparison: with fork, one warm server for all its attempts.
+        self.active, self.owned = _runner_for(plan.runner, plan.workload, plan.supervised)
+        try:
+            from .tracking import group_state
+
+            _ready_store_while_warming(plan.workload, self.active, plan.timeout_s)  # checked before any write
+            self.group = plan.group or (f"{plan.workload.split(':')[-1]}-{plan.variable}-"
+                                        f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
+            self.held = group_state(self.group, experiment_name=plan.experiment_name)
+            self._refuse_or_warn()
+            self.comparison_id = self._comparison_run()
+        except BaseException:
+            self.close()
+            raise
+        self.next_pair = self.held["next_pair"]
+
+    def _refuse_or_warn(self) -> None:
+        """A group already held without ``resume``, or a plan that can never decide: refused, nothing written."""
+        plan, held, group = self.plan, self.held, self.group
+        if held["attempts"] and not plan.resume:
             raise InputError(
                 f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
                 "comparison's attempts to them, or choose another --group")
-        planned = keep_planned_repeats(held, base, candidate) if resume else None
         from .rules._statistical import too_few_to_decide
 
         too_few = None if held["attempts"] else too_few_to_decide(
-            policy, max_attempts if until_decisive else attempts,
-            looks_for=(lambda most: _look_positions(attempts, most)) if until_decisive else None)
-        spent = _spent_before(held, resume, until_decisive, attempts, max_attempts, group) if resume else 0.0
-        most = max_attempts if until_decisive else attempts
-        if not held["attempts"] and not allow_undecidable:  # a comparison that cannot mean anything: refused
-            if most < policy.min_valid_runs:
+            plan.policy, plan.most,
+            looks_for=(lambda most: _look_positions(plan.attempts, most)) if plan.until_decisive else None)
+        self.spent = _spent_before(held, plan.resume, plan.until_decisive, plan.attempts, plan.max_attempts,
+                                   group) if plan.resume else 0.0
+        if not held["attempts"] and not plan.allow_undecidable:  # a comparison that cannot mean anything
+            most, needed = plan.most, plan.policy.min_valid_runs
+            if most < needed:
                 raise InputError(
-                    f"{most} attempt{'' if most == 1 else 's'} per arm can never reach min_valid_runs="
-                    f"{policy.min_valid_runs}: the answer would be rerun (insufficient_valid_runs) whatever they "
-                    f"measure; pass {'--max-attempts' if until_decisive else '--attempts'} {policy.min_valid_runs} or "
-                    "more, a lower --min-valid-runs, or --allow-undecidable to run it anyway; nothing was run or "
-                    "logged")
+                    f"{most} attempt{'' if most == 1 else 's'} per arm can never reach min_valid_runs={needed}: the "
+                    "answer would be rerun (insufficient_valid_runs) whatever they measure; pass "
+                    f"{'--max-attempts' if plan.until_decisive else '--attempts'} {needed} or more, a lower "
+                    "--min-valid-runs, or --allow-undecidable to run it anyway; nothing was run or logged")
             if too_few:
                 raise InputError(f"{too_few}; or pass --allow-undecidable to run it anyway; nothing was run or logged")
         if too_few:  # allowed: a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
-        if planned is not None:
-            if progress:
-                print(f"resuming group {group!r}: its attempts carry repeats={planned} (the comparison's planned "
-                      f"size); this call adds {attempts} attempts per arm under that condition", file=sys.stderr)
-        if resume and held["attempts"]:
-            end_left_running(group, experiment_name, f"resuming group {group!r}")
-        if resume and held["comparison_run_id"]:
-            comparison_id = held["comparison_run_id"]
-        else:
-            comparison_id = start_comparison(group, base, variable, objective=objective,
-                                             experiment_name=experiment_name, workload=workload,
-                                             parent_run_id=parent_run_id, interleave=interleave)
-    except BaseException:
-        if owned:
-            active.close()
-        raise
-    arms = {"baseline": base, "candidate": candidate}
-    next_pair = held["next_pair"]
-    deferred: list[str] = []  # attempts kept in the journal while the server was down
-    in_flight: list = []  # the started attempts whose outcome is not known yet (ended KILLED if compare stops)
-    witness = _ChangeWitness(variable)  # the factory must not ignore the change (checked once per arm)
-    quality_seen = allow_undecidable  # the quality gate must be able to fail (checked on the first baseline)
-    memory = _MemoryCarrier(objective)  # a CPU estimate once per arm, where the objective does not judge it
 
-    def report(arm: str, started, result, bar) -> None:
-        nonlocal quality_seen
-        result, estimate_from = memory.apply(arm, started, result)
-        if _finish(started, result, arms[arm], estimate_from) is None:
-            deferred.append(started.attempt_id)
-        witness.see(arm, result)
-        if not quality_seen and arm == "baseline" and result.ok:
-            quality_seen = True
-            check_quality_gate_can_fail(result.quality, policy.quality_tolerance)
-        if on_attempt is not None:
-            on_attempt(arm, result)
+    def _comparison_run(self) -> str:
+        """The comparison run: the group's own when resumed, else a new one."""
+        from .tracking import start_comparison
+
+        plan, held, group = self.plan, self.held, self.group
+        planned = keep_planned_repeats(held, plan.base, plan.candidate) if plan.resume else None
+        if planned is not None and plan.progress:
+            print(f"resuming group {group!r}: its attempts carry repeats={planned} (the comparison's planned "
+                  f"size); this call adds {plan.attempts} attempts per arm under that condition", file=sys.stderr)
+        if plan.resume and held["attempts"]:
+            end_left_running(group, plan.experiment_name, f"resuming group {group!r}")
+        if plan.resume and held["comparison_run_id"]:
+            return held["comparison_run_id"]
+        return start_comparison(group, plan.base, plan.variable, objective=plan.objective,
+                                experiment_name=plan.experiment_name, workload=plan.workload,
+                                parent_run_id=plan.parent_run_id, interleave=plan.interleave)
+
+    # -- rounds -------------------------------------------------------------------------------
+
+    def _start(self, arm: str, pair: int):
+        from .tracking import start_attempt
+
+        started = start_attempt(self.group, arm, self.arms[arm], experiment_name=self.plan.experiment_name,
+                                parent_run_id=self.comparison_id, pair=pair,
+                                environment={"gpu_name": _gpu_name(self.arms[arm])})
+        self.in_flight.append(started)
+        return started
+
+    def report(self, arm: str, started, result, bar) -> None:
+        """An attempt's outcome written, checked (the change reached the factory, the quality gate can
+        fail), reported to the caller and shown."""
+        result, estimate_from = self.memory.apply(arm, started, result)
+        if _finish(started, result, self.arms[arm], estimate_from) is None:
+            self.deferred.append(started.attempt_id)
+        self.witness.see(arm, result)
+        if not self.quality_seen and arm == "baseline" and result.ok:
+            self.quality_seen = True
+            check_quality_gate_can_fail(result.quality, self.plan.policy.quality_tolerance)
+        if self.plan.on_attempt is not None:
+            self.plan.on_attempt(arm, result)
         bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")
         bar.update(1)
 
-    def run_round(pair: int, bar) -> None:
+    def run_round(self, pair: int, bar) -> None:
         """One child, both arms, their steps interleaved; the leading arm alternates between rounds (ABBA)."""
+        from .workloads import run_interleaved
+        from .workloads._interleave import INTERLEAVE_REFUSED
+
+        plan = self.plan
         order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
-        started = []
-        for arm in order:
-            started.append(start_attempt(group, arm, arms[arm], experiment_name=experiment_name,
-                                         parent_run_id=comparison_id, pair=pair,
-                                         environment={"gpu_name": _gpu_name(arms[arm])}))
-            in_flight.append(started[-1])
-        results = run_interleaved(workload, arms[order[0]], arms[order[1]], supervised=supervised,
-                                  timeout_s=2 * timeout_s, threads=threads, runner=active,
-                                  memory=memory.needed(*order))
-        in_flight.clear()
+        started = [self._start(arm, pair) for arm in order]
+        results = run_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
+                                  supervised=plan.supervised, timeout_s=2 * plan.timeout_s, threads=plan.threads,
+                                  runner=self.active, memory=self.memory.needed(*order))
+        self.in_flight.clear()
         for arm, attempt, result in zip(order, started, results):
-            report(arm, attempt, result, bar)
+            self.report(arm, attempt, result, bar)
         refused = next((r.failure for r in results if (r.failure or "").startswith(INTERLEAVE_REFUSED)), None)
         if refused:  # both arms cannot share one process: no round can be valid, so none more is run
             raise InputError(refused.split(": ", 1)[1])
 
-    def run_block(order: list[str], bar) -> None:
-        nonlocal next_pair
-        if interleave == "steps":
-            for index in range(len(order) // 2):
-                run_round(next_pair + index, bar)
-            next_pair += len(order) // 2
-            return
-        for index, arm in enumerate(order):
-            started = start_attempt(group, arm, arms[arm], experiment_name=experiment_name,
-                                    parent_run_id=comparison_id, pair=next_pair + index // 2,
-                                    environment={"gpu_name": _gpu_name(arms[arm])})
-            in_flight.append(started)
-            result = run_attempt(workload, arms[arm], supervised=supervised, timeout_s=timeout_s, threads=threads,
-                                 runner=active, memory=memory.needed(arm))
-            in_flight.clear()
-            report(arm, started, result, bar)
-        next_pair += len(order) // 2
+    def run_block(self, order: list[str], bar) -> None:
+        """Attempts in ``order`` (an ABBA block): whole attempts, or rounds of both arms with ``steps``."""
+        from .workloads import run_attempt
 
-    try:
-        with _terminate_as_exception(), tqdm(total=2 * attempts, desc=f"compare {variable}", unit="attempt",
-                                             disable=not progress, file=sys.stderr) as bar:
-            run_block(abba(attempts), bar)
-            # Looks are placed by information, attempts per arm over the most the group may reach;
-            # each spends what its fraction adds to what the group's earlier looks spent (resumed too).
-            held_per_arm = held["per_arm"] if resume else 0
-            horizon = held_per_arm + (max_attempts if until_decisive else attempts)
-            done, look_at = attempts, {}
-            while until_decisive:
-                position = held_per_arm + done
-                if position / horizon > spent:
-                    look_at = {"look": position, "max_looks": horizon, "previous_fraction": spent}
-                    # what a later evaluate of the group judges at, and where a resume goes on from
-                    tag_run(comparison_id, {TAG.LOOK: position, TAG.MAX_LOOKS: horizon,
-                                            TAG.LOOK_PREVIOUS: repr(spent), TAG.LOOK_SPENT: repr(position / horizon)})
-                    interim = evaluate_group(group, experiment_name=experiment_name, objective=objective,
-                                             dry_run=True, **look_at, **evaluate_kwargs)
-                    spent = position / horizon
-                    if interim["decision"] != "rerun" or done >= max_attempts:
-                        break
-                    if interim["reason"] not in ("insufficient_valid_runs", "inconclusive"):
-                        break
-                elif done >= max_attempts:
+        plan = self.plan
+        if plan.interleave == "steps":
+            for index in range(len(order) // 2):
+                self.run_round(self.next_pair + index, bar)
+        else:
+            for index, arm in enumerate(order):
+                started = self._start(arm, self.next_pair + index // 2)
+                result = run_attempt(plan.workload, self.arms[arm], supervised=plan.supervised,
+                                     timeout_s=plan.timeout_s, threads=plan.threads, runner=self.active,
+                                     memory=self.memory.needed(arm))
+                self.in_flight.clear()
+                self.report(arm, started, result, bar)
+        self.next_pair += len(order) // 2
+
+    def collect(self, bar) -> dict:
+        """The planned attempts, then (``--until-decisive``) pairs while a look says rerun for lack of
+        evidence; the look the decision is made at (``{}`` for a single look)."""
+        from .tracking import TAG, evaluate_group, tag_run
+        from .workloads import interleave as abba
+
+        plan = self.plan
+        self.run_block(abba(plan.attempts), bar)
+        # Looks are placed by information, attempts per arm over the most the group may reach;
+        # each spends what its fraction adds to what the group's earlier looks spent (resumed too).
+        held_per_arm = self.held["per_arm"] if plan.resume else 0
+        horizon = held_per_arm + plan.most
+        done, look_at = plan.attempts, {}
+        while plan.until_decisive:
+            position = held_per_arm + done
+            if position / horizon > self.spent:
+                look_at = {"look": position, "max_looks": horizon, "previous_fraction": self.spent}
+                # what a later evaluate of the group judges at, and where a resume goes on from
+                tag_run(self.comparison_id, {TAG.LOOK: position, TAG.MAX_LOOKS: horizon,
+                                             TAG.LOOK_PREVIOUS: repr(self.spent),
+                                             TAG.LOOK_SPENT: repr(position / horizon)})
+                interim = evaluate_group(self.group, experiment_name=plan.experiment_name, objective=plan.objective,
+                                         dry_run=True, **look_at, **plan.evaluate_kwargs)
+                self.spent = position / horizon
+                if interim["decision"] != "rerun" or done >= plan.max_attempts:
                     break
-                extra = min(2, max_attempts - done)
-                bar.total += 2 * extra
-                run_block(abba(extra), bar)
-                done += extra
-            if not until_decisive and resume and held["spent"] is not None:  # one more look of a sequential group
-                look_at = {"look": horizon, "max_looks": horizon, "previous_fraction": spent}
-                tag_run(comparison_id, {TAG.LOOK: horizon, TAG.MAX_LOOKS: horizon, TAG.LOOK_PREVIOUS: repr(spent),
-                                        TAG.LOOK_SPENT: "1.0"})
-            if deferred:  # the server may be back: send what waits in the journal before deciding
-                with contextlib.suppress(StoreUnavailable):
-                    sync()
-            final_kwargs = {**evaluate_kwargs, **look_at}
-            result = evaluate_group(group, experiment_name=experiment_name, objective=objective, **final_kwargs)
-    except BaseException as exc:
+                if interim["reason"] not in ("insufficient_valid_runs", "inconclusive"):
+                    break
+            elif done >= plan.max_attempts:
+                break
+            extra = min(2, plan.max_attempts - done)
+            bar.total += 2 * extra
+            self.run_block(abba(extra), bar)
+            done += extra
+        if not plan.until_decisive and plan.resume and self.held["spent"] is not None:  # a sequential group's
+            look_at = {"look": horizon, "max_looks": horizon, "previous_fraction": self.spent}   # one more look
+            tag_run(self.comparison_id, {TAG.LOOK: horizon, TAG.MAX_LOOKS: horizon,
+                                         TAG.LOOK_PREVIOUS: repr(self.spent), TAG.LOOK_SPENT: "1.0"})
+        return look_at
+
+    # -- decide, or stop ----------------------------------------------------------------------
+
+    def decide(self, look_at: dict) -> dict:
+        """The decision (``evaluate_group``), after what waits in the journal is sent."""
+        from .tracking import evaluate_group, sync
+
+        if self.deferred:  # the server may be back: send what waits in the journal before deciding
+            with contextlib.suppress(StoreUnavailable):
+                sync()
+        plan = self.plan
+        return evaluate_group(self.group, experiment_name=plan.experiment_name, objective=plan.objective,
+                              **{**plan.evaluate_kwargs, **look_at})
+
+    def stop(self, exc: BaseException) -> None:
+        """The attempt in flight a failed attempt, its run KILLED, and the comparison run KILLED, saying why."""
+        from .tracking import end_run
+
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
-        for started in in_flight:  # the attempt it was running: a failed attempt, its run KILLED, saying why
-            what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        for started in self.in_flight:
             with contextlib.suppress(Exception):
                 started.abort(f"{what}: compare stopped while this attempt ran ({reason})")
         try:
-            end_run(comparison_id, "KILLED", reason=f"compare stopped before its decision: {reason}")  # end_run fits it
+            end_run(self.comparison_id, "KILLED", reason=f"compare stopped before its decision: {reason}")
         except Exception:  # the server may be what failed; the original error matters
             pass
-        raise
-    finally:
-        if owned and active is not None:
-            active.close()
-    result["comparison_run_id"] = comparison_id
-    return result
+
+    def close(self) -> None:
+        if self.owned and self.active is not None:
+            self.active.close()
+            self.owned = False
+
+    def run(self) -> dict:
+        """Open, collect, decide; ``evaluate_group``'s result with ``comparison_run_id``."""
+        from tqdm import tqdm
+
+        self.open()
+        try:
+            with _terminate_as_exception(), tqdm(total=2 * self.plan.attempts, desc=f"compare {self.plan.variable}",
+                                                 unit="attempt", disable=not self.plan.progress,
+                                                 file=sys.stderr) as bar:
+                result = self.decide(self.collect(bar))
+        except BaseException as exc:
+            self.stop(exc)
+            raise
+        finally:
+            self.close()
+        result["comparison_run_id"] = self.comparison_id
+        return result
 
 
 def _runner_for(runner: Any, workload: str, supervised: bool) -> tuple[Any, bool]:
