@@ -554,6 +554,14 @@ class _Comparison:
         self.memory = _MemoryCarrier(plan.objective)  # a CPU estimate once per arm, where nothing judges it
         self.active = None
         self.owned = False
+        self.on_attempt = plan.on_attempt
+
+    def attach(self, *, group: str, held: dict, comparison_id: str, runner: Any) -> None:
+        """Run the blocks of a comparison opened elsewhere (a suite's entry: its own refusals, its
+        comparison run under the suite run, a runner shared by the suite's entries)."""
+        self.group, self.held, self.comparison_id = group, held, comparison_id
+        self.active, self.owned = runner, False
+        self.next_pair = held["next_pair"]
 
     # -- open ---------------------------------------------------------------------------------
 
@@ -633,7 +641,7 @@ class _Comparison:
 
     def report(self, arm: str, started, result, bar) -> None:
         """An attempt's outcome written, checked (the change reached the factory, the quality gate can
-        fail), reported to the caller and shown."""
+        fail), reported to the caller and shown (``bar``: a progress bar, or ``None``)."""
         result, estimate_from = self.memory.apply(arm, started, result)
         if _finish(started, result, self.arms[arm], estimate_from) is None:
             self.deferred.append(started.attempt_id)
@@ -641,8 +649,10 @@ class _Comparison:
         if not self.quality_seen and arm == "baseline" and result.ok:
             self.quality_seen = True
             check_quality_gate_can_fail(result.quality, self.plan.policy.quality_tolerance)
-        if self.plan.on_attempt is not None:
-            self.plan.on_attempt(arm, result)
+        if self.on_attempt is not None:
+            self.on_attempt(arm, result)
+        if bar is None:
+            return
         bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")
         bar.update(1)
 

@@ -142,95 +142,114 @@ def bisect(good: str, bad: str, *, workload: str, conditions: dict, attempts: in
     Raises:
         InputError: not a git repository, an unknown revision, ``bad`` not a descendant of ``good``.
     """
-    from . import rules
-    from .harness import compare
-
-    say = on_step or (lambda line: None)
-    top = _git("rev-parse", "--show-toplevel", cwd=repository)
-    good_sha = _git("rev-parse", "--verify", f"{good}^{{commit}}", cwd=top)
-    bad_sha = _git("rev-parse", "--verify", f"{bad}^{{commit}}", cwd=top)
-    if good_sha == bad_sha:
-        raise InputError(f"good and bad are the same commit ({good_sha[:12]})")
-    listed = _git("rev-list", "--reverse", "--ancestry-path", "--first-parent", f"{good_sha}..{bad_sha}", cwd=top)
-    revisions = [line for line in listed.splitlines() if line]
-    if not revisions or revisions[-1] != bad_sha:
-        raise InputError(f"bad ({bad}) is not a descendant of good ({good}) on the first-parent history")
-    common = Path(_git("rev-parse", "--git-common-dir", cwd=top))
-    root = (common if common.is_absolute() else Path(top) / common).resolve() / "perfgate-worktrees"
-    root.mkdir(parents=True, exist_ok=True)
-    known = _recorded_verdicts(workload, conditions, good_sha, experiment_name)
-    verdicts: dict[str, str | None] = {rev: None for rev in revisions}
-    for rev in revisions:
-        if rev[:12] in known:
-            verdicts[rev] = _VERDICT.get(known[rev[:12]]["decision"])
-    steps: list[dict] = []
-    created: list[Path] = []
-    say(f"bisecting {len(revisions)} revisions after {good_sha[:12]} up to {bad_sha[:12]} "
-        f"({len(known)} decisions already recorded)")
-
-    def checkout(sha: str) -> None:
-        path = root / sha
-        if not path.is_dir():
-            _git("worktree", "add", "--detach", str(path), sha, cwd=top)
-            created.append(path)
-
-    def judge(rev: str) -> str:
-        if rev[:12] in known:
-            record = known[rev[:12]]
-            verdict = _VERDICT.get(record["decision"], "skip")
-            steps.append({"revision": rev, "decision": record["decision"], "verdict": verdict, "group": record["group"],
-                          "decision_run_id": record["decision_run_id"], "reused": True})
-            return verdict
-        checkout(good_sha)
-        checkout(rev)
-        group = bisect_group(workload, conditions, good_sha, rev)
-        result = compare(workload, {**conditions, "revision": good_sha}, {"revision": rev}, attempts=attempts,
-                         group=group, experiment_name=experiment_name, supervised=supervised, timeout_s=timeout_s,
-                         runner=runner, until_decisive=max_attempts is not None, max_attempts=max_attempts,
-                         progress=progress, method=method, mode="non_regression", margin=margin,
-                         resume=True, allow_undecidable=True, **thresholds)  # bisect's own floors, said by it
-        verdict = _VERDICT[result["decision"]]
-        steps.append({"revision": rev, "decision": result["decision"], "verdict": verdict, "group": group,
-                      "decision_run_id": result["decision_run_id"], "reused": False})
-        return verdict
-
+    run = _Bisect(good, bad, repository, workload=workload, conditions=conditions, experiment_name=experiment_name,
+                  say=on_step or (lambda line: None),
+                  compare_options=dict(attempts=attempts, experiment_name=experiment_name, supervised=supervised,
+                                       timeout_s=timeout_s, runner=runner, until_decisive=max_attempts is not None,
+                                       max_attempts=max_attempts, progress=progress, method=method,
+                                       mode="non_regression", margin=margin, resume=True,
+                                       allow_undecidable=True,  # bisect's own floors, said by it
+                                       **thresholds))
     saved = os.environ.get(WORKTREES_ENV)
-    os.environ[WORKTREES_ENV] = str(root)
+    os.environ[WORKTREES_ENV] = str(run.root)
     try:
-        first = judge(bad_sha)
-        verdicts[bad_sha] = first
-        say(_step_line(steps[-1], "bad end"))
-        if first != "reject":
-            status = "not_bad" if first == "accept" else "undecided"
-            say(f"{bad_sha[:12]} shows no regression against {good_sha[:12]}: nothing to bisect" if status == "not_bad"
-                else f"the comparison of {bad_sha[:12]} against {good_sha[:12]} cannot decide: rerun with more attempts")
-            return _outcome(status, None, top, good_sha, bad_sha, (), steps)
-        while True:
-            step = rules.bisect_next([(rev, verdicts[rev]) for rev in revisions], good_sha, bad_sha)
-            if step.status != "next":
-                break
-            say(f"step {len(steps)}: {len(step.candidates)} candidates "
-                f"left, at most {step.steps_left} more comparisons")
-            verdicts[step.revision] = judge(step.revision)
-            say(_step_line(steps[-1]))
-        if step.status == "found":
-            subject = _git("show", "-s", "--format=%s", step.revision, cwd=top)
-            say(f"first bad commit: {step.revision} {subject}")
-            return _outcome("found", step.revision, top, good_sha, bad_sha, step.candidates, steps, subject=subject)
-        say(f"ambiguous: only skipped revisions are left; the first bad commit is one of "
-            f"{', '.join(rev[:12] for rev in step.candidates)}")
-        return _outcome("ambiguous", None, top, good_sha, bad_sha, step.candidates, steps)
+        return run.walk()
     finally:
         if saved is None:
             os.environ.pop(WORKTREES_ENV, None)
         else:
             os.environ[WORKTREES_ENV] = saved
         if not keep_worktrees:
-            for path in created:
-                with contextlib.suppress(InputError):
-                    _git("worktree", "remove", "--force", str(path), cwd=top)
+            run.remove_worktrees()
+
+
+class _Bisect:
+    """One bisect's state: the revisions, what is recorded, the verdicts and steps so far, its worktrees."""
+
+    def __init__(self, good: str, bad: str, repository, *, workload: str, conditions: dict,
+                 experiment_name: str | None, say: Callable[[str], None], compare_options: dict):
+        self.workload, self.conditions, self.say, self.options = workload, conditions, say, compare_options
+        self.top = top = _git("rev-parse", "--show-toplevel", cwd=repository)
+        self.good = _git("rev-parse", "--verify", f"{good}^{{commit}}", cwd=top)
+        self.bad = _git("rev-parse", "--verify", f"{bad}^{{commit}}", cwd=top)
+        if self.good == self.bad:
+            raise InputError(f"good and bad are the same commit ({self.good[:12]})")
+        listed = _git("rev-list", "--reverse", "--ancestry-path", "--first-parent", f"{self.good}..{self.bad}", cwd=top)
+        self.revisions = [line for line in listed.splitlines() if line]
+        if not self.revisions or self.revisions[-1] != self.bad:
+            raise InputError(f"bad ({bad}) is not a descendant of good ({good}) on the first-parent history")
+        common = Path(_git("rev-parse", "--git-common-dir", cwd=top))
+        self.root = (common if common.is_absolute() else Path(top) / common).resolve() / "perfgate-worktrees"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.known = _recorded_verdicts(workload, conditions, self.good, experiment_name)
+        self.verdicts: dict[str, str | None] = {
+            rev: _VERDICT.get(self.known[rev[:12]]["decision"]) if rev[:12] in self.known else None
+            for rev in self.revisions}
+        self.steps: list[dict] = []
+        self.created: list[Path] = []
+
+    def checkout(self, sha: str) -> None:
+        path = self.root / sha
+        if not path.is_dir():
+            _git("worktree", "add", "--detach", str(path), sha, cwd=self.top)
+            self.created.append(path)
+
+    def judge(self, rev: str) -> str:
+        """``rev`` against good: its recorded decision, or a comparison run now; the verdict (good, bad, skip)."""
+        from .harness import compare
+
+        if rev[:12] in self.known:
+            record = self.known[rev[:12]]
+            verdict = _VERDICT.get(record["decision"], "skip")
+            self.steps.append({"revision": rev, "decision": record["decision"], "verdict": verdict,
+                               "group": record["group"], "decision_run_id": record["decision_run_id"], "reused": True})
+            return verdict
+        self.checkout(self.good)
+        self.checkout(rev)
+        group = bisect_group(self.workload, self.conditions, self.good, rev)
+        result = compare(self.workload, {**self.conditions, "revision": self.good}, {"revision": rev}, group=group,
+                         **self.options)
+        verdict = _VERDICT[result["decision"]]
+        self.steps.append({"revision": rev, "decision": result["decision"], "verdict": verdict, "group": group,
+                           "decision_run_id": result["decision_run_id"], "reused": False})
+        return verdict
+
+    def walk(self) -> dict:
+        """The bad end confirmed, then the steps :func:`~mlflow_perfgate.rules.bisect_next` proposes."""
+        from . import rules
+
+        good, bad, say = self.good, self.bad, self.say
+        say(f"bisecting {len(self.revisions)} revisions after {good[:12]} up to {bad[:12]} "
+            f"({len(self.known)} decisions already recorded)")
+        first = self.verdicts[bad] = self.judge(bad)
+        say(_step_line(self.steps[-1], "bad end"))
+        if first != "reject":
+            status = "not_bad" if first == "accept" else "undecided"
+            say(f"{bad[:12]} shows no regression against {good[:12]}: nothing to bisect" if status == "not_bad"
+                else f"the comparison of {bad[:12]} against {good[:12]} cannot decide: rerun with more attempts")
+            return _outcome(status, None, self.top, good, bad, (), self.steps)
+        while True:
+            step = rules.bisect_next([(rev, self.verdicts[rev]) for rev in self.revisions], good, bad)
+            if step.status != "next":
+                break
+            say(f"step {len(self.steps)}: {len(step.candidates)} candidates left, at most {step.steps_left} more "
+                "comparisons")
+            self.verdicts[step.revision] = self.judge(step.revision)
+            say(_step_line(self.steps[-1]))
+        if step.status == "found":
+            subject = _git("show", "-s", "--format=%s", step.revision, cwd=self.top)
+            say(f"first bad commit: {step.revision} {subject}")
+            return _outcome("found", step.revision, self.top, good, bad, step.candidates, self.steps, subject=subject)
+        say(f"ambiguous: only skipped revisions are left; the first bad commit is one of "
+            f"{', '.join(rev[:12] for rev in step.candidates)}")
+        return _outcome("ambiguous", None, self.top, good, bad, step.candidates, self.steps)
+
+    def remove_worktrees(self) -> None:
+        for path in self.created:
             with contextlib.suppress(InputError):
-                _git("worktree", "prune", cwd=top)
+                _git("worktree", "remove", "--force", str(path), cwd=self.top)
+        with contextlib.suppress(InputError):
+            _git("worktree", "prune", cwd=self.top)
 
 
 def _step_line(step: dict, what: str | None = None) -> str:

@@ -303,23 +303,7 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
     runner = merged.get("runner", "auto")
     if runner not in ("auto", "fork", "spawn"):
         raise InputError(f"{where}: runner must be auto, fork or spawn, got {runner!r}")
-    options = {key: merged.get(key) for key in ("method", "mode", "objective", "margin", "alpha", "confidence",
-                                                "latency")}
-    options["objective"] = options["objective"] or "latency"
-    # a statistical method by default where one judges the objective (latency); the
-    # specification-style rule elsewhere (memory, throughput: outside the error control)
-    options["method"] = options["method"] or ("robust" if options["objective"] == "latency" else "seed")
-    options["mode"] = options["mode"] or "improvement"
-    try:
-        policy = rules.Policy(**{k: v for k, v in options.items() if v is not None}, **merged["thresholds"])
-    except PolicyError as exc:
-        raise PolicyError(f"{where}: {exc}") from None
-    from .rules._registry import METHODS
-    from .rules._suite import methods_with_p_values
-
-    if policy.objective == "latency" and METHODS.require(policy.method).boundary_p_value is None:
-        raise PolicyError(f"{where}: the {policy.method} method gives no p-value; a suite's error control needs a "
-                          f"statistical method for a latency entry: method = one of {methods_with_p_values()}")
+    policy = _entry_policy(merged, where)
     conditions = dict(merged["set"])
     interleave = merged.get("interleave", "attempts")
     if interleave not in ("attempts", "steps"):
@@ -327,17 +311,7 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
                          f"key orders the entries), got {interleave!r}")
     supervised = _typed(merged.get("supervised", True), bool, "supervised", where)
     if change is not None:
-        if len(change) != 1:
-            raise InputError(f"{where}: change must name exactly one variable, got {sorted(change)}")
-        from .harness import _base_conditions, _check_interleave, _validated_change
-        from .rules._errors import PerfgateError
-
-        try:
-            base = _base_conditions(workload, conditions, attempts)
-            _validated_change(base, dict(change), "the candidate change improves the objective")
-            _check_interleave(interleave, str(next(iter(change))), base, policy.objective, supervised, None)
-        except PerfgateError as exc:
-            raise type(exc)(f"{where}: {exc}") from None
+        _check_entry_change(change, workload, conditions, attempts, interleave, policy, supervised, where)
     return EntrySpec(
         name=name, group=group or f"{suite_name}/{name}", policy=policy, workload=workload, conditions=conditions,
         change=dict(change) if change is not None else None, attempts=attempts, until_decisive=until_decisive,
@@ -347,14 +321,52 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
         env_mismatch=env_mismatch)
 
 
+def _entry_policy(merged: dict, where: str):
+    """An entry's policy: a statistical method by default where one judges the objective (latency),
+    the specification-style rule elsewhere (memory, throughput: outside the error control); a latency
+    entry's method must give the gate a p-value."""
+    from .rules._registry import METHODS
+    from .rules._suite import methods_with_p_values
+
+    options = {key: merged.get(key) for key in ("method", "mode", "objective", "margin", "alpha", "confidence",
+                                                "latency")}
+    options["objective"] = options["objective"] or "latency"
+    options["method"] = options["method"] or ("robust" if options["objective"] == "latency" else "seed")
+    options["mode"] = options["mode"] or "improvement"
+    try:
+        policy = rules.Policy(**{k: v for k, v in options.items() if v is not None}, **merged["thresholds"])
+    except PolicyError as exc:
+        raise PolicyError(f"{where}: {exc}") from None
+    if policy.objective == "latency" and METHODS.require(policy.method).boundary_p_value is None:
+        raise PolicyError(f"{where}: the {policy.method} method gives no p-value; a suite's error control needs a "
+                          f"statistical method for a latency entry: method = one of {methods_with_p_values()}")
+    return policy
+
+
+def _check_entry_change(change, workload: str, conditions: dict, attempts: int, interleave: str, policy,
+                        supervised: bool, where: str) -> None:
+    """The entry's change as ``compare`` checks it (one variable, declared, interleavable), before anything runs."""
+    if len(change) != 1:
+        raise InputError(f"{where}: change must name exactly one variable, got {sorted(change)}")
+    from .harness import _base_conditions, _check_interleave, _validated_change
+    from .rules._errors import PerfgateError
+
+    try:
+        base = _base_conditions(workload, conditions, attempts)
+        _validated_change(base, dict(change), "the candidate change improves the objective")
+        _check_interleave(interleave, str(next(iter(change))), base, policy.objective, supervised, None)
+    except PerfgateError as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+
+
 # --- running ---------------------------------------------------------------------------------------
 
 
 class _Entry:
-    """A running entry: its comparison run, its arms, its ABBA rounds so far."""
+    """A running entry: its comparison run, its arms, its ABBA rounds so far (``compare``'s steps)."""
 
     def __init__(self, spec: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None, resume: bool, runners):
-        from .harness import _base_conditions, _validated_change
+        from .harness import _base_conditions, _Comparison, _Plan, _validated_change
         from .tracking import group_state, start_comparison
 
         self.spec = spec
@@ -380,53 +392,40 @@ class _Entry:
             self.comparison_id = start_comparison(spec.group, base, variable, objective=spec.policy.objective,
                                                   experiment_name=suite.experiment, workload=spec.workload,
                                                   parent_run_id=suite_run_id, interleave=spec.interleave)
-        self.next_pair = held["next_pair"]
+        # the rounds are compare's own: the change witnessed, the quality gate checked, the memory
+        # estimate carried, a refused step interleaving stopping the entry
+        plan = _Plan(workload=spec.workload, base=base, candidate=self.arms["candidate"], variable=variable,
+                     objective=spec.policy.objective, policy=spec.policy, attempts=spec.attempts,
+                     until_decisive=spec.until_decisive, max_attempts=spec.max_attempts, interleave=spec.interleave,
+                     supervised=spec.supervised, runner=spec.runner, timeout_s=spec.timeout_s, threads=spec.threads,
+                     group=spec.group, experiment_name=suite.experiment, parent_run_id=suite_run_id, resume=resume,
+                     allow_undecidable=False, progress=False, on_attempt=None, evaluate_kwargs={})
+        self.rounds = _Comparison(plan)
+        self.rounds.attach(group=spec.group, held=held, comparison_id=self.comparison_id, runner=None)
         self.done = held["attempts"] // 2
         self.started_with = self.done
-        self.deferred: list[str] = []
+
+    @property
+    def deferred(self) -> list[str]:
+        return self.rounds.deferred
 
     @property
     def runner(self):
         return self._runners(self.spec) if self.spec.supervised else None
 
     def run_round(self, per_arm: int, on_attempt: Callable[[str, Any], None] | None = None) -> None:
-        """``per_arm`` attempts of each arm in ABBA order, each recorded as it ends (as ``compare`` does).
+        """``per_arm`` attempts of each arm in ABBA order, each recorded as it ends (``compare``'s blocks).
 
         With ``interleave = "steps"`` each ABBA round is one child holding both arms, their steps
         interleaved, the leading arm alternating between rounds.
         """
-        from .harness import _finish, _gpu_name
-        from .tracking import start_attempt
-        from .workloads import interleave, run_attempt, run_interleaved
+        from .workloads import interleave
 
-        spec = self.spec
-
-        def start(arm: str, pair: int):
-            return start_attempt(spec.group, arm, self.arms[arm], experiment_name=self.suite.experiment,
-                                 parent_run_id=self.comparison_id, pair=pair,
-                                 environment={"gpu_name": _gpu_name(self.arms[arm])})
-
-        def record(arm: str, started, result) -> None:
-            if _finish(started, result, self.arms[arm]) is None:
-                self.deferred.append(started.attempt_id)
-            if on_attempt is not None:
-                on_attempt(f"{spec.name} {arm}", result)
-
-        if spec.interleave == "steps":
-            for pair in range(self.next_pair, self.next_pair + per_arm):
-                order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
-                started = [start(arm, pair) for arm in order]
-                results = run_interleaved(spec.workload, self.arms[order[0]], self.arms[order[1]],
-                                          supervised=spec.supervised, timeout_s=2 * spec.timeout_s,
-                                          threads=spec.threads, runner=self.runner)
-                for arm, attempt, result in zip(order, started, results):
-                    record(arm, attempt, result)
-        else:
-            for index, arm in enumerate(interleave(per_arm)):
-                started = start(arm, self.next_pair + index // 2)
-                record(arm, started, run_attempt(spec.workload, self.arms[arm], supervised=spec.supervised,
-                                                 timeout_s=spec.timeout_s, threads=spec.threads, runner=self.runner))
-        self.next_pair += per_arm
+        name = self.spec.name
+        self.rounds.active = self.runner
+        self.rounds.on_attempt = None if on_attempt is None else (lambda arm, result: on_attempt(f"{name} {arm}",
+                                                                                                 result))
+        self.rounds.run_block(interleave(per_arm), None)
         self.done += per_arm
 
     @property
@@ -542,28 +541,14 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     from tqdm import tqdm
 
     from .harness import Terminated, _terminate_as_exception
-    from .rules._statistical import too_few_to_decide
     from .rules._stats import preload_step_quantile
     from .tracking import end_run, sync
     from .tracking._evaluate import DEFAULT_STALE_AFTER_S
-    from .tracking._suite import evaluate_suite, judge_entries
-
-    from .workloads._names import require_importable
-
-    for entry in suite.entries:  # a module off the path: refused before the suite run or any child starts
-        if entry.runs:
-            try:
-                require_importable(entry.workload, child=entry.supervised)
-            except ValueError as exc:
-                raise InputError(f"suite entry {entry.name!r}: {exc}; nothing was run or logged") from None
+    from .tracking._suite import evaluate_suite
+    _require_importable(suite)
     stale_after_s = DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s
     suite_run_id = start(suite, parent_run_id=parent_run_id)
-    for entry in suite.entries:  # as compare says it: an entry planned below its method's floor
-        planned = entry.max_attempts if entry.until_decisive else entry.attempts
-        looks_for = entry.looks_with if entry.until_decisive else None
-        too_few = too_few_to_decide(entry.policy, planned, looks_for=looks_for) if entry.runs and not resume else None
-        if too_few:
-            print(f"warning: suite entry {entry.name!r}: {too_few}", file=sys.stderr)
+    _warn_below_floors(suite, resume)
     preload_step_quantile()  # each attempt's p10 is computed as it is written, between attempts
     runners = _Runners()
     running: list[_Entry] = []
@@ -587,24 +572,7 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
                     if entry.runs:
                         running.append(_Entry(entry, suite, suite_run_id=suite_run_id, resume=resume,
                                               runners=runners))
-                while any(item.initial_left for item in running):  # round-robin, one ABBA round each
-                    for item in running:
-                        if item.initial_left:
-                            item.run_round(min(ROUND, item.initial_left), counted)
-                open_ = [item for item in running if item.extra_left()]
-                while open_:
-                    looks = {item.spec.name: item.look() for item in running}
-                    _, gate = judge_entries(_items(suite, looks), experiment_name=suite.experiment,
-                                            alpha=suite.alpha, control=suite.control, tail_share=suite.tail_share,
-                                            stale_after_s=stale_after_s,
-                                            dry_run=True)
-                    verdicts = {entry.name: entry for entry in gate.entries}
-                    open_ = [item for item in open_ if item.extra_left()
-                             and verdicts[item.spec.name].verdict == "rerun"
-                             and verdicts[item.spec.name].reason in _CONTINUE]
-                    for item in open_:
-                        bar.total += 2 * min(ROUND, item.extra_left())
-                        item.run_round(min(ROUND, item.extra_left()), counted)
+                _round_robin(suite, running, counted, bar, stale_after_s)
                 for item in running:
                     outcomes[item.spec.name] = {"look": item.look(), "deferred": item.deferred}
             if any(outcome.get("deferred") for outcome in outcomes.values()):
@@ -624,6 +592,53 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     finally:
         runners.close()
     return summary
+
+
+def _require_importable(suite: SuiteSpec) -> None:
+    """A module off the path: refused before the suite run or any child starts."""
+    from .workloads._names import require_importable
+
+    for entry in suite.entries:
+        if entry.runs:
+            try:
+                require_importable(entry.workload, child=entry.supervised)
+            except ValueError as exc:
+                raise InputError(f"suite entry {entry.name!r}: {exc}; nothing was run or logged") from None
+
+
+def _warn_below_floors(suite: SuiteSpec, resume: bool) -> None:
+    """As compare says it: an entry planned below its method's floor (a warning: the suite may still reject)."""
+    from .rules._statistical import too_few_to_decide
+
+    for entry in suite.entries:
+        planned = entry.max_attempts if entry.until_decisive else entry.attempts
+        looks_for = entry.looks_with if entry.until_decisive else None
+        too_few = too_few_to_decide(entry.policy, planned, looks_for=looks_for) if entry.runs and not resume else None
+        if too_few:
+            print(f"warning: suite entry {entry.name!r}: {too_few}", file=sys.stderr)
+
+
+def _round_robin(suite: SuiteSpec, running: list[_Entry], counted, bar, stale_after_s: float) -> None:
+    """The entries' planned rounds in turn, one ABBA round each; then, with ``until_decisive``, another
+    round for each entry the suite's gate answers rerun for lack of evidence, up to its most."""
+    from .tracking._suite import judge_entries
+
+    while any(item.initial_left for item in running):
+        for item in running:
+            if item.initial_left:
+                item.run_round(min(ROUND, item.initial_left), counted)
+    open_ = [item for item in running if item.extra_left()]
+    while open_:
+        looks = {item.spec.name: item.look() for item in running}
+        _, gate = judge_entries(_items(suite, looks), experiment_name=suite.experiment, alpha=suite.alpha,
+                                control=suite.control, tail_share=suite.tail_share, stale_after_s=stale_after_s,
+                                dry_run=True)
+        verdicts = {entry.name: entry for entry in gate.entries}
+        open_ = [item for item in open_ if item.extra_left() and verdicts[item.spec.name].verdict == "rerun"
+                 and verdicts[item.spec.name].reason in _CONTINUE]
+        for item in open_:
+            bar.total += 2 * min(ROUND, item.extra_left())
+            item.run_round(min(ROUND, item.extra_left()), counted)
 
 
 def _ray_task(item: dict) -> dict:
