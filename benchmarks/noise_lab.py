@@ -103,6 +103,7 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
+import gzip
 import json
 import math
 import os
@@ -947,9 +948,10 @@ def _float_or_none(text: str) -> float | None:
 
 
 def read_rows(path: str) -> list[dict]:
-    """The attempt rows of a CSV this script wrote, typed."""
+    """The attempt rows of a CSV this script wrote (or its gzipped copy, ``.csv.gz``), typed."""
     rows = []
-    with open(path, newline="") as handle:
+    opened = gzip.open(path, "rt", newline="") if str(path).endswith(".gz") else open(path, newline="")
+    with opened as handle:  # the committed results are gzipped (results/noise_lab/*.csv.gz)
         for raw in csv.DictReader(handle):
             row = dict(raw)
             for key in ("seq", "cycle", "block", "round", "position", "extra_units", "unit_size"):
@@ -1494,7 +1496,7 @@ def main(argv=None) -> int:
                      "pip install -e '.[bench]'")
     if args.from_csv:
         calibration = None
-        sidecar = args.from_csv + ".calibration.json"
+        sidecar = args.from_csv.removesuffix(".gz") + ".calibration.json"  # beside the CSV, gzipped or not
         if os.path.exists(sidecar):
             with open(sidecar) as handle:
                 calibration = json.load(handle)

@@ -18,7 +18,7 @@ Caveat, printed with the figures: a pool of R rounds holds R - n + 1 overlapping
 R // n disjoint ones, so entries drawn from one pool share rounds: they are more alike than the
 entries of a real suite (different models), and a real suite's family-wise rate can sit higher.
 
-    python benchmarks/noise_lab_suite.py benchmarks/results/noise_lab/full.csv [--suites 2000] [--n 10]
+    python benchmarks/noise_lab_suite.py benchmarks/results/noise_lab/full.csv.gz [--suites 2000] [--n 10]
 """
 
 from __future__ import annotations

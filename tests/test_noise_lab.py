@@ -369,6 +369,17 @@ def test_csv_round_trip(tmp_path):
     assert read["step_wait_share"] == [0.0, 0.01, 0.7, None]
     assert read["uncontended_latency_ms"] == 12.25 and read["torch_threads"] == 2
     assert lab.pools_of([read]) == {("bursty", -0.1): {3: [read]}}
+    import gzip  # the committed results are gzipped: read the same
+
+    zipped = tmp_path / "attempts.csv.gz"
+    zipped.write_bytes(gzip.compress(path.read_bytes()))
+    assert lab.read_rows(str(zipped)) == [read]
+
+
+def test_the_committed_lab_results_read_as_they_are():
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "noise_lab"
+    rows = lab.read_rows(str(results / "full.csv.gz"))
+    assert len(rows) > 1000 and {row["arm"] for row in rows} == {"baseline", "candidate"}
 
 
 def test_fit_simulation_reads_plain_attempts_only():
