@@ -5,6 +5,7 @@ and a store that appears meanwhile (a twin's) is never replaced. Real SQLite sto
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -88,3 +89,56 @@ def test_a_pipeline_on_a_new_store_makes_it_once_its_workload_is_found_good(tmp_
                    fallback_change={"checkpoint": True}, allow_undecidable=True)
     assert out["decision"] is not None
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "mlruns") == ["m.db"]
+
+
+def _dump(path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(path) as connection:
+        lines = sorted(connection.iterdump())
+    # the Default experiment's times are its creation's; everything else must be the same
+    return [re.sub(r",\d{13},\d{13},", ",<time>,<time>,", line) if "INTO \"experiments\"" in line else line
+            for line in lines]
+
+
+def test_a_store_from_the_template_is_the_store_mlflow_makes(tmp_path, monkeypatch):
+    from mlflow.tracking._tracking_service.utils import _get_sqlalchemy_store
+
+    from mlflow_perfgate.tracking import _prepare
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first_dir, second_dir = tmp_path / "one", tmp_path / "two"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    monkeypatch.chdir(first_dir)
+    first = prepare_new_store(f"sqlite:///{first_dir}/m.db")
+    assert first.commit() and os.path.isfile(_prepare._template_path())  # MLflow made it, and it was kept
+    monkeypatch.chdir(second_dir)
+    second = prepare_new_store(f"sqlite:///{second_dir}/m.db")
+    assert second.commit() and second.error is None
+    store = _get_sqlalchemy_store(f"sqlite:///{tmp_path}/mlflow-made.db", None)  # MLflow's own, here
+    store.engine.dispose()
+    assert _dump(second_dir / "m.db") == _dump(tmp_path / "mlflow-made.db")
+    # and it is a store MLflow uses: its Default experiment where MLflow would put it
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{second_dir}/m.db")
+    default = MlflowClient().get_experiment("0")
+    assert default.artifact_location == str(second_dir / "mlruns" / "0")
+    assert MlflowClient().create_run("0").info.run_id
+
+
+def test_a_torn_template_is_dropped_and_mlflow_makes_the_store(tmp_path, monkeypatch):
+    from mlflow_perfgate.tracking import _prepare
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    template = _prepare._template_path()
+    os.makedirs(os.path.dirname(template))
+    with open(template, "wb") as handle:
+        handle.write(b"SQLite format 3\x00 torn")
+    prepared = prepare_new_store(f"sqlite:///{tmp_path}/m.db")
+    assert prepared.commit() and prepared.error is None
+    assert MlflowClient(f"sqlite:///{tmp_path}/m.db").get_experiment("0").name == "Default"
+    with open(template, "rb") as handle:
+        assert handle.read(100) != b"SQLite format 3\x00 torn"  # replaced by a good one
+    monkeypatch.setenv("MLFLOW_PERFGATE_STORE_TEMPLATE", "off")
+    assert _prepare._template_path() is None

@@ -41,10 +41,13 @@ class PreparedStore:
 
     def _make(self) -> None:
         try:
+            if _from_template(self.side):
+                return
             from mlflow.tracking._tracking_service.utils import _get_sqlalchemy_store
 
             store = _get_sqlalchemy_store(f"sqlite:///{self.side}", None)
             store.engine.dispose()  # no connection stays open on the file once it is linked
+            _keep_template(self.side)
         except BaseException as exc:  # noqa: BLE001 - then MLflow makes the store itself, as before
             self.error = exc
 
@@ -88,3 +91,80 @@ def prepare_new_store(uri: str | None) -> PreparedStore | None:
     if path is None or os.path.exists(path) or not os.path.isdir(os.path.dirname(path)):
         return None
     return PreparedStore(path)
+
+
+# -- the template ------------------------------------------------------------------------------
+#
+# A new store's tables are the same for one MLflow version; only its Default experiment's row
+# differs (its artifact location, resolved from the working directory, and its times). So the
+# first store made is kept, empty, as a template in the user's cache; later ones are a copy of
+# it with that row written as MLflow writes it. About 2 s of migrations become a file copy.
+
+_TEMPLATE_ENV = "MLFLOW_PERFGATE_STORE_TEMPLATE"  # "off": always run MLflow's migrations
+
+
+def _template_path() -> str | None:
+    if os.environ.get(_TEMPLATE_ENV, "").lower() in ("off", "0", "false", "never"):
+        return None
+    import mlflow
+
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "mlflow-perfgate", f"empty-sqlite-store-mlflow-{mlflow.__version__}.db")
+
+
+def _default_experiment_row() -> tuple[str, int]:
+    """The Default experiment's artifact location and creation time, as MLflow would write them now."""
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    from mlflow.tracking._tracking_service.utils import _SERVER_ARTIFACT_ROOT_ENV_VAR
+    from mlflow.utils.time import get_current_time_millis
+    from mlflow.utils.uri import append_to_uri_path, resolve_uri_if_local
+
+    root = os.environ.get(_SERVER_ARTIFACT_ROOT_ENV_VAR, DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
+    return str(append_to_uri_path(resolve_uri_if_local(root), "0")), get_current_time_millis()
+
+
+def _from_template(side: str) -> bool:
+    """The side file as a copy of the template, its Default experiment written for here; ``False``
+    when there is no template (or it cannot be used: then MLflow makes the store)."""
+    import shutil
+    import sqlite3
+
+    template = _template_path()
+    if template is None or not os.path.isfile(template):
+        return False
+    try:
+        shutil.copyfile(template, side)
+        location, now = _default_experiment_row()
+        with contextlib.closing(sqlite3.connect(side)) as connection, connection:
+            changed = connection.execute(
+                "UPDATE experiments SET artifact_location = ?, creation_time = ?, last_update_time = ? "
+                "WHERE experiment_id = 0 AND name = 'Default'", (location, now, now)).rowcount
+            held = connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        if changed != 1 or held:
+            raise sqlite3.DatabaseError("not an empty store")
+        return True
+    except (OSError, sqlite3.Error):  # a torn or foreign template: MLflow makes this store, and a new template
+        with contextlib.suppress(OSError):
+            os.unlink(side)
+        with contextlib.suppress(OSError):
+            os.unlink(template)
+        return False
+
+
+def _keep_template(side: str) -> None:
+    """Keep a copy of a store MLflow just made (empty) as the template; a racing twin's copy is as good."""
+    import shutil
+
+    template = _template_path()
+    if template is None or os.path.exists(template):
+        return
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(template), exist_ok=True)
+        partial = f"{template}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            shutil.copyfile(side, partial)
+            os.replace(partial, template)  # whole or not at all
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial)
+
