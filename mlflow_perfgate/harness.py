@@ -346,15 +346,18 @@ class _MemoryCarrier:
 
     On the CPU the memory record is an estimate computed from the conditions (the bytes of the
     parameters, gradients and optimizer state, and of what autograd saves on the probe batch),
-    not a measurement: the same conditions give the same figure. Unless the objective is memory
-    (then every attempt's estimate is a sample the rules judge), an arm's first successful
+    not a measurement: the same conditions give the same figure. Unless the objective judges it
+    (memory, whose metric is ``peak_mem_mib``: then every attempt's estimate is a sample), an arm's first successful
     attempt makes it and later attempts of that arm skip it (one forward and backward each); their
     results carry the first one's record, and their runs name the attempt it came from
     (``perfgate.mem_estimate_from``). A measured record (CUDA's peak) is never carried.
     """
 
     def __init__(self, objective: str):
-        self.enabled = objective != "memory"
+        from .rules._registry import OBJECTIVES
+
+        # carried unless the objective judges the estimate (its entry's metric: memory's, or a plugin's)
+        self.enabled = "peak_mem_mib" not in OBJECTIVES.require(objective).metrics
         self.held: dict[str, tuple[dict, str]] = {}
 
     def needed(self, *arms: str) -> bool:
@@ -556,11 +559,13 @@ class _Comparison:
         self.owned = False
         self.on_attempt = plan.on_attempt
 
-    def attach(self, *, group: str, held: dict, comparison_id: str, runner: Any) -> None:
-        """Run the blocks of a comparison opened elsewhere (a suite's entry: its own refusals, its
-        comparison run under the suite run, a runner shared by the suite's entries)."""
-        self.group, self.held, self.comparison_id = group, held, comparison_id
+    def attach(self, *, group: str, held: dict, runner: Any, who: str) -> None:
+        """Open a comparison whose refusals were made elsewhere (a suite's entry: its comparison run
+        under the suite run, a runner shared by the suite's entries); ``who`` names it where runs a
+        killed run left RUNNING are ended."""
+        self.group, self.held = group, held
         self.active, self.owned = runner, False
+        self.comparison_id = self._comparison_run(who)
         self.next_pair = held["next_pair"]
 
     # -- open ---------------------------------------------------------------------------------
@@ -578,7 +583,9 @@ class _Comparison:
                                         f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
             self.held = group_state(self.group, experiment_name=plan.experiment_name)
             self._refuse_or_warn()
-            self.comparison_id = self._comparison_run()
+            self.spent = _spent_before(self.held, plan.resume, plan.until_decisive, plan.attempts, plan.max_attempts,
+                                       self.group) if plan.resume else 0.0
+            self.comparison_id = self._comparison_run(f"resuming group {self.group!r}")
         except BaseException:
             self.close()
             raise
@@ -596,8 +603,6 @@ class _Comparison:
         too_few = None if held["attempts"] else too_few_to_decide(
             plan.policy, plan.most,
             looks_for=(lambda most: _look_positions(plan.attempts, most)) if plan.until_decisive else None)
-        self.spent = _spent_before(held, plan.resume, plan.until_decisive, plan.attempts, plan.max_attempts,
-                                   group) if plan.resume else 0.0
         if not held["attempts"] and not plan.allow_undecidable:  # a comparison that cannot mean anything
             most, needed = plan.most, plan.policy.min_valid_runs
             if most < needed:
@@ -611,7 +616,7 @@ class _Comparison:
         if too_few:  # allowed: a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
 
-    def _comparison_run(self) -> str:
+    def _comparison_run(self, who: str) -> str:
         """The comparison run: the group's own when resumed, else a new one."""
         from .tracking import start_comparison
 
@@ -621,7 +626,7 @@ class _Comparison:
             print(f"resuming group {group!r}: its attempts carry repeats={planned} (the comparison's planned "
                   f"size); this call adds {plan.attempts} attempts per arm under that condition", file=sys.stderr)
         if plan.resume and held["attempts"]:
-            end_left_running(group, plan.experiment_name, f"resuming group {group!r}")
+            end_left_running(group, plan.experiment_name, who)
         if plan.resume and held["comparison_run_id"]:
             return held["comparison_run_id"]
         return start_comparison(group, plan.base, plan.variable, objective=plan.objective,

@@ -367,41 +367,30 @@ class _Entry:
 
     def __init__(self, spec: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None, resume: bool, runners):
         from .harness import _base_conditions, _Comparison, _Plan, _validated_change
-        from .tracking import group_state, start_comparison
+        from .tracking import group_state
 
         self.spec = spec
         self.suite = suite
         self._runners = runners
         base = _base_conditions(spec.workload, spec.conditions, spec.attempts)
         variable, value = _validated_change(base, spec.change, "the candidate change improves the objective")
-        self.arms = {"baseline": base, "candidate": {**base, variable: value}}
         held = group_state(spec.group, experiment_name=suite.experiment)
         if held["attempts"] and not resume:
             raise InputError(
                 f"suite entry {spec.name!r}: group {spec.group!r} already holds {held['attempts']} attempts; pass "
                 "--resume to add to them, or run the suite under another --name")
-        if resume:  # the added attempts keep the comparison's planned size, whatever attempts says now
-            from .harness import end_left_running, keep_planned_repeats
-
-            keep_planned_repeats(held, self.arms["baseline"], self.arms["candidate"])
-            if held["attempts"]:  # as compare --resume: end what a killed run left RUNNING
-                end_left_running(spec.group, suite.experiment, f"suite entry {spec.name!r}")
-        if resume and held["comparison_run_id"]:
-            self.comparison_id = held["comparison_run_id"]
-        else:
-            self.comparison_id = start_comparison(spec.group, base, variable, objective=spec.policy.objective,
-                                                  experiment_name=suite.experiment, workload=spec.workload,
-                                                  parent_run_id=suite_run_id, interleave=spec.interleave)
-        # the rounds are compare's own: the change witnessed, the quality gate checked, the memory
-        # estimate carried, a refused step interleaving stopping the entry
-        plan = _Plan(workload=spec.workload, base=base, candidate=self.arms["candidate"], variable=variable,
+        # the rounds are compare's own (the change witnessed, the quality gate checked, the memory
+        # estimate carried, a refused step interleaving stopping the entry), and so is the comparison
+        # run: resumed, the group's own (its planned size kept, what a killed run left RUNNING ended)
+        plan = _Plan(workload=spec.workload, base=base, candidate={**base, variable: value}, variable=variable,
                      objective=spec.policy.objective, policy=spec.policy, attempts=spec.attempts,
                      until_decisive=spec.until_decisive, max_attempts=spec.max_attempts, interleave=spec.interleave,
                      supervised=spec.supervised, runner=spec.runner, timeout_s=spec.timeout_s, threads=spec.threads,
                      group=spec.group, experiment_name=suite.experiment, parent_run_id=suite_run_id, resume=resume,
                      allow_undecidable=False, progress=False, on_attempt=None, evaluate_kwargs={})
         self.rounds = _Comparison(plan)
-        self.rounds.attach(group=spec.group, held=held, comparison_id=self.comparison_id, runner=None)
+        self.rounds.attach(group=spec.group, held=held, runner=None, who=f"suite entry {spec.name!r}")
+        self.comparison_id = self.rounds.comparison_id
         self.done = held["attempts"] // 2
         self.started_with = self.done
 
