@@ -172,7 +172,6 @@ class Registry(Mapping):
         self._plugins_loaded = entry_point_group is None
         #: plugin entry points that failed to load, by name: why
         self.plugin_errors: dict[str, str] = {}
-        self.plugins: dict[str, str] = {}  #: loaded plugin entries by name: their distribution
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
@@ -195,7 +194,6 @@ class Registry(Mapping):
                 if entry.name != point.name:
                     raise ValueError(f"its entry is named {entry.name!r}")
                 (register_objective if self.kind == "objective" else self.register)(entry)
-                self.plugins[entry.name] = where
             except Exception as exc:  # noqa: BLE001 - one broken plugin leaves the others and the built-ins
                 self.plugin_errors[point.name] = f"{type(exc).__name__}: {exc}"
                 warnings.warn(f"mlflow_perfgate: the {self.kind} plugin {point.name!r} ({point.value}, from "
