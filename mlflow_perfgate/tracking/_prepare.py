@@ -143,11 +143,12 @@ def _from_template(side: str) -> bool:
         if changed != 1 or held:
             raise sqlite3.DatabaseError("not an empty store")
         return True
-    except (OSError, sqlite3.Error):  # a torn or foreign template: MLflow makes this store, and a new template
+    except (OSError, sqlite3.Error) as exc:  # MLflow makes this store
         with contextlib.suppress(OSError):
             os.unlink(side)
-        with contextlib.suppress(OSError):
-            os.unlink(template)
+        if isinstance(exc, sqlite3.Error):  # a torn or foreign template (not a side file that cannot be written)
+            with contextlib.suppress(OSError):
+                os.unlink(template)
         return False
 
 
