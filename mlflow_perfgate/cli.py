@@ -583,16 +583,14 @@ def decisions(experiment, group, suite_name, output_format):
 
 def _decisions_frame(experiment, group, suite_name):
     """``tracking.decisions``; a local SQLite store is read without importing MLflow (about 2 s less)."""
-    from mlflow_perfgate.tracking._decision_frame import check_decision_filters, frame_of
-    from mlflow_perfgate.tracking._sqlite_decisions import decision_records, default_uri
+    from mlflow_perfgate.tracking._sqlite_decisions import decisions_frame, default_uri
 
-    check_decision_filters(group, suite_name)
-    records = decision_records(default_uri(), experiment, group, suite_name)
-    if records is not None:
-        return frame_of(records, group, suite_name)
-    from mlflow_perfgate.tracking import decisions as query
+    def through_mlflow(*query):
+        from mlflow_perfgate.tracking._queries import mlflow_decision_records  # imports MLflow
 
-    return query(experiment_name=experiment, group=group, suite=suite_name)
+        return mlflow_decision_records(*query)
+
+    return decisions_frame(default_uri(), experiment, group, suite_name, through_mlflow)
 
 
 @cli.command()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import _client
-from ._decision_frame import RunRecord, check_decision_filters, decision_columns, frame_of
+from ._decision_frame import RunRecord, decision_columns
 from ._group import _quoted_filter, group_filter, load
 from ._schema import KIND_DECISION, TAG
 
@@ -40,18 +40,14 @@ def decisions(experiment_name: str | None = None, group: str | None = None, suit
     """
     import mlflow
 
-    from ._sqlite_decisions import decision_records
+    from ._sqlite_decisions import decisions_frame
 
-    check_decision_filters(group, suite)
-    records = decision_records(mlflow.get_tracking_uri(), experiment_name, group, suite)
-    if records is None:
-        records = mlflow_decision_records(experiment_name, group, suite)
-    return frame_of(records, group, suite)
+    return decisions_frame(mlflow.get_tracking_uri(), experiment_name, group, suite, mlflow_decision_records)
 
 
 def mlflow_decision_records(experiment_name: str | None, group: str | None, suite: str | None) -> list[RunRecord]:
-    """The decision runs (of ``group`` / ``suite``), newest first, through MLflow's client (any store)."""
-    check_decision_filters(group, suite)
+    """The decision runs (of ``group`` / ``suite``, checked by the caller), newest first, through MLflow's
+    client (any store)."""
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     if group is None and suite is not None:

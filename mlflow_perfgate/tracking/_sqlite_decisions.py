@@ -19,11 +19,11 @@ import contextlib
 import os
 import sqlite3
 
-from ._decision_frame import RunRecord
+from ._decision_frame import RunRecord, check_decision_filters, frame_of
 from ._schema import KIND_DECISION, TAG
 from ._store import local_store_path, store_scheme
 
-__all__ = ["decision_records", "default_uri", "sqlite_path"]
+__all__ = ["decision_records", "decisions_frame", "default_uri", "sqlite_path"]
 
 _DEFAULT_EXPERIMENT_ID = "0"
 
@@ -63,6 +63,17 @@ def _experiment_id(connection: sqlite3.Connection, experiment_name: str | None) 
     if row is None or row[1] != "active":
         return None  # MLflow's path says what is wrong
     return str(row[0])
+
+
+def decisions_frame(uri: str | None, experiment_name: str | None, group: str | None, suite: str | None,
+                    through_mlflow):
+    """The frame of ``tracking.decisions``: read here where this reader can answer exactly, else from
+    ``through_mlflow(experiment_name, group, suite)`` (the records MLflow's client reads)."""
+    check_decision_filters(group, suite)
+    records = decision_records(uri, experiment_name, group, suite)
+    if records is None:
+        records = through_mlflow(experiment_name, group, suite)
+    return frame_of(records, group, suite)
 
 
 def decision_records(uri: str | None, experiment_name: str | None = None,
