@@ -19,8 +19,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.tracking.registry import UnsupportedModelRegistryStoreURIException
 
 from ..rules._errors import InputError, StoreRefused, StoreUnavailable
-from ._probe import (DOWN_FOR_S, PROBE_TIMEOUT_S, RETRYABLE_STATUS, UP_FOR_S, _DOWN, _UP,  # noqa: F401
-                     _health_url, _is_http, ensure_reachable, mark_down)  # (re-exported: used as _client.*)
+from ._probe import _DOWN, _UP, RETRYABLE_STATUS, ensure_reachable, mark_down  # noqa: F401 (_DOWN, _UP: tests)
 from ._redact import redact_text, redact_uri
 from ._store import _READ_ONLY, read_only, require_existing_store, unknown_scheme_text
 from ._schema import MAX_ENTITIES_PER_BATCH, MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH

@@ -125,4 +125,3 @@ def require_existing_store(uri: str) -> None:
     raise InputError(f"no MLflow store at {redact_uri(uri)}: {missing}; this command works on runs already recorded "
                      "and creates no store (nothing was created): check MLFLOW_TRACKING_URI and the working directory "
                      "(sqlite:///mlflow.db is the mlflow.db of the current directory)")
-
