@@ -88,3 +88,37 @@ def start_racers(code: str, argvs: list[list[str]], barrier, *, env: dict, timeo
         time.sleep(0.01)
     (barrier / "go").touch()
     return processes
+
+
+#: The bisect tests' benchmark: a step that sleeps its revision's ``bench.DELAY_S``.
+BISECT_BENCH = "tests.workloads_fixtures.bisect_bench:make"
+BISECT_SETS = [f"--set={k}={v}" for k, v in {"model": "bench", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32",
+                                             "device": "cpu", "measurement_method": "sleep_ms", "warmup": 1,
+                                             "steps": 3}.items()]
+
+
+def git(repo, *args, env=None) -> str:
+    import os
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}).stdout.strip()
+
+
+def slowing_repository(repo, commits: int, slow_from: int, commit_time=None) -> list[str]:
+    """A new git repository of ``commits`` commits whose ``bench.py`` makes a step three times slower
+    from commit ``slow_from`` on; their shas, oldest first. ``commit_time(index)``: a commit's POSIX time."""
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    shas = []
+    for index in range(commits):
+        (repo / "bench.py").write_text(f"DELAY_S = {0.06 if index >= slow_from else 0.02}\n")
+        (repo / "notes.txt").write_text(f"commit {index}\n")
+        git(repo, "add", ".")
+        when = None if commit_time is None else f"@{commit_time(index)} +0000"
+        git(repo, "commit", "-q", "-m", f"commit {index}",
+            env={"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when} if when else None)
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    return shas

@@ -14,6 +14,8 @@ from mlflow.tracking import MlflowClient
 import mlflow_perfgate as pg
 from mlflow_perfgate.cli import main
 
+from helpers import BISECT_BENCH, BISECT_SETS, slowing_repository
+
 EXPERIMENT = "history-e2e"
 BENCH = {"model": "TinyLM", "input_shape": "4,128", "batch_size": 4, "dtype": "fp32", "device": "cpu",
          "measurement_method": "wall_ms"}
@@ -117,35 +119,14 @@ def test_failed_attempts_count_as_the_evaluator_counts_them(sqlite_uri, capsys):
     assert point["revision"] == revisions[6] and "failure_rate" in point["signals"]
 
 
-def _git(repo, *args, env=None):
-    import os
-
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}).stdout.strip()
-
-
 @pytest.mark.slow
 def test_bisect_finds_the_commit_that_slowed_the_bench_and_reuses_its_decisions(sqlite_uri, tmp_path, capsys,
                                                                               monkeypatch):
     repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "config", "user.email", "t@example.com")
-    _git(repo, "config", "user.name", "t")
-    shas = []
-    for index in range(8):  # commit 5 makes a step three times slower
-        (repo / "bench.py").write_text(f"DELAY_S = {0.06 if index >= 5 else 0.02}\n")
-        (repo / "notes.txt").write_text(f"commit {index}\n")
-        _git(repo, "add", ".")
-        when = f"@{T0 + 60 * index} +0000"
-        _git(repo, "commit", "-q", "-m", f"commit {index}", env={"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when})
-        shas.append(_git(repo, "rev-parse", "HEAD"))
+    shas = slowing_repository(repo, 8, 5, commit_time=lambda index: T0 + 60 * index)  # commit 5: 3x slower steps
     monkeypatch.chdir(repo)
-    argv = ["history", "--bisect", shas[0], shas[-1], "--workload", "tests.workloads_fixtures.bisect_bench:make",
-            *[f"--set={k}={v}" for k, v in {"model": "bench", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32",
-                                            "device": "cpu", "measurement_method": "sleep_ms", "warmup": 1,
-                                            "steps": 3}.items()], "--margin", "0.5", "--in-process",
-            "--experiment", "bisect"]
+    argv = ["history", "--bisect", shas[0], shas[-1], "--workload", BISECT_BENCH, *BISECT_SETS, "--margin", "0.5",
+            "--in-process", "--experiment", "bisect"]
     code, out, err = run_cli(capsys, *argv)
     assert code == 0, out + err
     assert f"first bad commit: {shas[5]} commit 5" in out

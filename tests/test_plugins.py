@@ -21,6 +21,8 @@ from mlflow.tracking import MlflowClient
 
 import mlflow_perfgate as pg
 
+from helpers import BISECT_BENCH, BISECT_SETS, slowing_repository
+
 PLUGIN = Path(__file__).parent / "plugins" / "perfgate_toy"
 ENTRY_POINTS = """[mlflow_perfgate.methods]
 toy = perfgate_toy:TOY_METHOD
@@ -121,30 +123,11 @@ change = {{checkpoint = true}}
     assert row["method"] == "toy" and row["suite_entry"] == "checkpoint"
 
 
-def _git(repo, *args):
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
-
-
 @pytest.mark.slow
 def test_a_bisect_judges_each_step_with_the_plugin_s_method(site, sqlite_uri, tmp_path):
     repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "config", "user.email", "t@example.com")
-    _git(repo, "config", "user.name", "t")
-    shas = []
-    for index in range(3):  # commit 2 makes a step three times slower
-        (repo / "bench.py").write_text(f"DELAY_S = {0.06 if index >= 2 else 0.02}\n")
-        (repo / "notes.txt").write_text(f"commit {index}\n")
-        _git(repo, "add", ".")
-        _git(repo, "commit", "-q", "-m", f"commit {index}")
-        shas.append(_git(repo, "rev-parse", "HEAD"))
-    fixtures = Path(__file__).parent / "workloads_fixtures" / "bisect_bench.py"
-    assert fixtures.exists()
-    done = cli(site, "history", "--bisect", shas[0], shas[-1], "--workload", "tests.workloads_fixtures.bisect_bench:make",
-               *[f"--set={k}={v}" for k, v in {"model": "bench", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32",
-                                               "device": "cpu", "measurement_method": "sleep_ms", "warmup": 1,
-                                               "steps": 3}.items()],
+    shas = slowing_repository(repo, 3, 2)  # commit 2 makes a step three times slower
+    done = cli(site, "history", "--bisect", shas[0], shas[-1], "--workload", BISECT_BENCH, *BISECT_SETS,
                "--margin", "0.5", "--in-process", "--method", "toy", "--experiment", "bisect", cwd=repo)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"first bad commit: {shas[2]}" in done.stdout
