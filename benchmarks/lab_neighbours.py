@@ -229,17 +229,24 @@ def collect(args, calibration: dict) -> list[dict]:
     for kind, hood in _under_each_kind(args, step_s, len(args.effects), args.rounds):
         for effect in args.effects:
             change = {"seed": 1} if effect == 0 else {"extra_units": candidate_units(effect, calibration)}
-            before, started = loadavg(), time.monotonic()
-            result = compare(WORKLOAD, conditions, change, attempts=args.rounds, progress=False,
-                             interleave="steps", method="paired", group=f"lab-{kind}-{effect:+.2f}",
-                             env_mismatch="ignore", runner="fork", threads=args.threads,
-                             allow_undecidable=True)  # the lab judges windows of these rounds itself
-            hood.check()
-            wall_s, after = time.monotonic() - started, loadavg()
-            print(f"{kind:6} effect {effect:+.2f}: {args.rounds} rounds in {wall_s:.0f} s, load "
-                  f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
-            rows += _rows_of(result, kind, effect, wall_s, (before + after) / 2)
+            result, wall_s, load = _timed(hood, f"{kind:6} effect {effect:+.2f}", args.rounds, lambda: compare(
+                WORKLOAD, conditions, change, attempts=args.rounds, progress=False, interleave="steps",
+                method="paired", group=f"lab-{kind}-{effect:+.2f}", env_mismatch="ignore", runner="fork",
+                threads=args.threads, allow_undecidable=True))  # the lab judges windows of these rounds itself
+            rows += _rows_of(result, kind, effect, wall_s, load)
     return rows
+
+
+def _timed(hood, label: str, rounds: int, run) -> tuple[dict, float, float]:
+    """``run()`` (one compare), its neighbours checked after it: its result, wall time and mean 1-minute
+    load, said in a line on stderr."""
+    before, started = loadavg(), time.monotonic()
+    result = run()
+    hood.check()
+    wall_s, after = time.monotonic() - started, loadavg()
+    print(f"{label}: {rounds} rounds in {wall_s:.0f} s, load {before:.2f} -> {after:.2f}, decided "
+          f"{result['decision']}", file=sys.stderr)
+    return result, wall_s, (before + after) / 2
 
 
 def _rows_of(result: dict, kind: str, effect, wall_s: float, load: float) -> list[dict]:
@@ -271,16 +278,12 @@ def collect_validity(args, calibration: dict) -> list[dict]:
     rows = []
     for kind, hood in _under_each_kind(args, step_s, len(args.shapes), args.rounds):
         for shape in args.shapes:
-            before, started = loadavg(), time.monotonic()
-            result = compare(WORKLOAD, conditions, {"shape": shape}, attempts=args.rounds, progress=False,
-                             interleave="steps", method="paired", group=f"validity-{kind}-{shape}",
-                             env_mismatch="ignore", runner="fork", threads=args.threads, mode="non_regression",
-                             margin=MARGIN, allow_undecidable=True)  # judged in windows, as above
-            hood.check()
-            wall_s, after = time.monotonic() - started, loadavg()
-            print(f"{kind:6} shape {shape:10}: {args.rounds} rounds in {wall_s:.0f} s, load "
-                  f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
-            rows += _rows_of(result, kind, shape, wall_s, (before + after) / 2)
+            result, wall_s, load = _timed(hood, f"{kind:6} shape {shape:10}", args.rounds, lambda: compare(
+                WORKLOAD, conditions, {"shape": shape}, attempts=args.rounds, progress=False, interleave="steps",
+                method="paired", group=f"validity-{kind}-{shape}", env_mismatch="ignore", runner="fork",
+                threads=args.threads, mode="non_regression", margin=MARGIN,
+                allow_undecidable=True))  # judged in windows, as above
+            rows += _rows_of(result, kind, shape, wall_s, load)
     return rows
 
 
@@ -300,17 +303,13 @@ def collect_threads(args, calibration: dict) -> list[dict]:
     rows = []
     for kind, hood in _under_each_kind(args, step_s, 2, args.threads_rounds):
         for interleave in ("attempts", "steps"):
-            before, started = loadavg(), time.monotonic()
-            result = compare(WORKLOAD, conditions, {"threads_set": 2}, attempts=args.threads_rounds, progress=False,
-                             interleave=interleave, method="paired", latency="p10",
-                             group=f"threads-{kind}-{interleave}", env_mismatch="ignore", runner="fork", threads=1,
-                             allow_undecidable=True)
-            hood.check()
-            wall_s, after = time.monotonic() - started, loadavg()
-            print(f"{kind:6} threads 1 -> 2, {interleave:8}: {args.threads_rounds} rounds in {wall_s:.0f} s, load "
-                  f"{before:.2f} -> {after:.2f}, decided {result['decision']}", file=sys.stderr)
+            result, wall_s, load = _timed(
+                hood, f"{kind:6} threads 1 -> 2, {interleave:8}", args.threads_rounds, lambda: compare(
+                    WORKLOAD, conditions, {"threads_set": 2}, attempts=args.threads_rounds, progress=False,
+                    interleave=interleave, method="paired", latency="p10", group=f"threads-{kind}-{interleave}",
+                    env_mismatch="ignore", runner="fork", threads=1, allow_undecidable=True))
             rows += [{**row, "decision": result["decision"]}
-                     for row in _rows_of(result, kind, f"threads:{interleave}", wall_s, (before + after) / 2)]
+                     for row in _rows_of(result, kind, f"threads:{interleave}", wall_s, load)]
     return rows
 
 
