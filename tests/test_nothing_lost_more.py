@@ -316,3 +316,23 @@ def test_a_lost_log_batch_answer_never_leaves_an_ok_run_shown_failed(proxied, mo
         assert MlflowClient().get_run(shown.info.run_id).info.status == "FINISHED"
     result = pg.evaluate_group("batch")
     assert result["baseline"]["attempted_runs"] == len(BASELINE_MS) + 2 and result["reconciled_run_ids"] == []
+
+
+def test_a_fix_for_a_run_a_twin_deleted_meanwhile_is_passed(sqlite_uri):
+    # the race CI met: an evaluator reads the group, a twin that lost the claim of the decision
+    # discards its own decision run (KILLED, deleted), then the first one ends that run as counted
+    from mlflow_perfgate.errors import StoreRefused
+    from mlflow_perfgate.tracking import _reconcile
+    from mlflow_perfgate.tracking._schema import TAG
+
+    client = MlflowClient()
+    gone, kept = (client.create_run("0", tags={TAG.KIND: "decision"}) for _ in range(2))
+    client.set_terminated(gone.info.run_id, "KILLED")
+    client.delete_run(gone.info.run_id)
+    fixes = [_reconcile.Fix(run.info.run_id, "KILLED", "duplicate", {TAG.END_REASON: "duplicate"})
+             for run in (gone, kept)]
+    assert _reconcile.apply(client, fixes) == [kept.info.run_id]  # the deleted one is passed, not reported
+    assert client.get_run(kept.info.run_id).info.status == "KILLED"
+    assert client.get_run(gone.info.run_id).info.lifecycle_stage == "deleted"
+    with pytest.raises(StoreRefused):  # a refusal of a run still there is not swallowed
+        _reconcile.apply(client, [_reconcile.Fix(kept.info.run_id, "KILLED", "x", {"k" * 300: "x"})])

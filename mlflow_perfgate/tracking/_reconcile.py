@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from mlflow.entities import RunStatus
 
+from ..rules._errors import StoreRefused
 from . import _client
 from ._environment import process_alive
 from ._group import attempt_state
@@ -124,10 +125,30 @@ def _decision_fix(run, decided: dict, now_ms: int, stale_after_s: float) -> Fix 
 
 
 def apply(mlflow_client, fixes: list[Fix]) -> list[str]:
-    """End each run as its fix says (its tags first); the run ids ended."""
+    """End each run as its fix says (its tags first); the run ids ended.
+
+    A run deleted since it was read is passed, not ended: a twin evaluator that lost the claim of
+    a decision discards its own run (ended KILLED, then deleted) while this one holds the group's
+    runs as they were a moment before; MLflow refuses any write to a deleted run.
+    """
+    ended = []
     for fix in fixes:
-        if fix.tags:
-            _client.log_batch(mlflow_client, fix.run_id, tags=fix.tags)
-        _client.retrying(lambda: mlflow_client.set_terminated(fix.run_id, RunStatus.to_string(
-            RunStatus.from_string(fix.status))))
-    return [fix.run_id for fix in fixes]
+        try:
+            if fix.tags:
+                _client.log_batch(mlflow_client, fix.run_id, tags=fix.tags)
+            _client.retrying(lambda: mlflow_client.set_terminated(fix.run_id, RunStatus.to_string(
+                RunStatus.from_string(fix.status))))
+        except StoreRefused:
+            if not _deleted(mlflow_client, fix.run_id):
+                raise
+            continue
+        ended.append(fix.run_id)
+    return ended
+
+
+def _deleted(mlflow_client, run_id: str) -> bool:
+    """Whether the run is deleted (or purged) now."""
+    try:
+        return _client.retrying(lambda: mlflow_client.get_run(run_id)).info.lifecycle_stage == "deleted"
+    except StoreRefused:
+        return True  # purged: no such run any more
