@@ -397,30 +397,13 @@ def test_fit_simulation_reads_plain_attempts_only():
     assert fit["factors"] == pytest.approx((3.0, 3.0))
 
 
-# --- the hook for compare --interleave steps -----------------------------------------------------
+# --- identical arms sharing one process (compare --interleave steps) --------------------------------
 
 
 class _Args:
     warmup, steps, threads, timeout, no_probe = 2, 10, None, 60.0, False
     unit_size, wait_bound, seed, interleave_rounds = 128, 0.05, 1, 3
     conditions = ["quiet"]
-
-
-def test_interleave_hook_skips_without_the_harness_api(monkeypatch, capsys):
-    import mlflow_perfgate.workloads as workloads
-
-    # the package's names load on first use: a name it lacks reads as None, which this stands for
-    monkeypatch.setattr(workloads, lab.INTERLEAVE_API, None, raising=False)
-    lab.interleave_hook(_Args(), None, {}, writer=None, lab_t0=0.0, seq=0)
-    assert "interleave steps: skipped" in capsys.readouterr().out
-
-
-def test_interleave_hook_skips_an_api_of_another_shape(monkeypatch, capsys):
-    import mlflow_perfgate.workloads as workloads
-
-    monkeypatch.setattr(workloads, lab.INTERLEAVE_API, lambda spec: None, raising=False)
-    lab.interleave_hook(_Args(), None, {}, writer=None, lab_t0=0.0, seq=0)
-    assert "adapt noise_lab._run_interleaved" in capsys.readouterr().out
 
 
 def test_interleave_hook_collects_and_reports_shared_process_rounds(monkeypatch, tmp_path, capsys):
@@ -434,7 +417,7 @@ def test_interleave_hook_collects_and_reports_shared_process_rounds(monkeypatch,
         first = dict(vars(_Result))
         return (type("R", (), first)(), type("R", (), {**first, "latency_ms": 12.5 * (1 + 0.01 * len(calls))})())
 
-    monkeypatch.setattr(workloads, lab.INTERLEAVE_API, execute, raising=False)
+    monkeypatch.setattr(workloads, "run_interleaved", execute)
     path = tmp_path / "hook.csv"
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=lab.FIELDS)

@@ -62,11 +62,10 @@ windows is weak evidence either way.
 
 Also:
 
-- ``--interleave auto`` (the default) is the hook for ``compare --interleave steps`` (another
-  engineer's branch): when ``mlflow_perfgate.workloads`` exposes ``execute_interleaved``,
-  identical arms sharing one process (their steps interleaved) are collected under each
-  condition and their within-process bias is printed beside that of separate processes;
-  otherwise it says it skipped. Look for ``HOOK``.
+- ``--interleave auto`` (the default): identical arms sharing one process (their steps
+  interleaved, ``mlflow_perfgate.workloads.run_interleaved``, as ``compare --interleave steps``
+  runs them) are also collected under each condition, and their within-process bias is printed
+  beside that of separate processes (``collection.interleave_hook``).
 - ``--step-mode steps`` collects every pool (every effect) the way ``compare --interleave steps``
   runs: a round is one supervised child holding both arms (the round's leading arm alternates,
   ABBA over rounds), their measured steps interleaved A B B A, so both see the same contention

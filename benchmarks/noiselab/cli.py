@@ -64,7 +64,8 @@ def main(argv=None) -> int:
     parser.add_argument("--wait-bound", type=float, default=WAIT_BOUND,
                         help="a step counts as uncontended at this wait share or below")
     parser.add_argument("--interleave", choices=("auto", "off"), default="auto",
-                        help="HOOK: identical arms sharing one process, when the harness exposes execute_interleaved")
+                        help="auto: identical arms sharing one process (run_interleaved) too, under each condition, "
+                             "beside a run of separate processes")
     parser.add_argument("--interleave-rounds", type=int, default=20)
     parser.add_argument("--step-mode", choices=("process", "steps"), default=None,
                         help="process (default): every attempt its own child; steps: both arms of a round in one "

@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 from mlflow_perfgate.workloads._contention import CONTENTION_WAIT_SHARE_BOUND
 from mlflow_perfgate.workloads._contention import uncontended_latency as _quiet_steps_median
 
-from .attempts import WORKLOAD, one_attempt, shared_pair
+from .attempts import one_attempt, shared_pair
 from .effects import effect_list
 from .neighbours import Neighbours, loadavg, neighbour_plan
 
@@ -220,43 +220,10 @@ def _interleaved_round(args, runner, conditions: dict, units: Sequence[int], arm
     return seq, failures
 
 
-# --- HOOK: compare --interleave steps --------------------------------------------------------------
-#
-# ``compare --interleave steps`` runs both arms' steps interleaved inside one child
-# (``mlflow_perfgate.workloads.run_interleaved``). Whether sharing a process biases identical
-# arms is for this lab to measure: the hook runs identical arms that way under each condition.
-
-INTERLEAVE_API = "run_interleaved"
-
-
-def _run_interleaved(execute, conditions: dict, args, runner) -> tuple:
-    """Both arms in one supervised child, steps interleaved A B B A ...; ``(baseline, candidate)`` results."""
-    baseline, candidate = execute(WORKLOAD, conditions, conditions, warmup=args.warmup, steps=args.steps,
-                                  threads=args.threads, timeout_s=args.timeout, probe=not args.no_probe,
-                                  supervised=True, runner=runner)
-    return baseline, candidate
-
-
 def interleave_hook(args, runner, conditions: dict, writer, lab_t0: float, seq: int) -> None:
-    """Identical arms sharing one process, under each condition, when the harness can run them (HOOK)."""
-    import inspect
-
-    import mlflow_perfgate.workloads as workloads
-
-    execute = getattr(workloads, INTERLEAVE_API, None)
-    if execute is None:
-        print(f"interleave steps: skipped: mlflow_perfgate.workloads does not expose {INTERLEAVE_API} (the harness's "
-              "compare --interleave steps has not landed here); the same-process bias of identical arms is not "
-              "measured\n")
-        return
-    try:
-        inspect.signature(execute).bind(WORKLOAD, conditions, conditions, warmup=args.warmup, steps=args.steps,
-                                        threads=args.threads, timeout_s=args.timeout, probe=True, supervised=True,
-                                        runner=runner)
-    except TypeError as error:
-        print(f"interleave steps: skipped: {INTERLEAVE_API}{inspect.signature(execute)} does not take the call this "
-              f"hook assumes ({error}); adapt noise_lab._run_interleaved\n")
-        return
+    """Identical arms sharing one process (``run_interleaved``, as ``compare --interleave steps`` runs
+    them), ``--interleave-rounds`` of them under each condition, beside a run of separate processes:
+    whether sharing a process biases identical arms is for the lab to measure (``report_interleaved``)."""
     cores = sorted(os.sched_getaffinity(0))
     rounds = args.interleave_rounds
     for block, condition in enumerate(args.conditions):
@@ -270,7 +237,7 @@ def interleave_hook(args, runner, conditions: dict, writer, lab_t0: float, seq: 
                 hood.check()
                 load = loadavg()
                 started = time.monotonic()
-                pair = _run_interleaved(execute, {**conditions, "extra_units": 0}, args, runner)
+                pair = shared_pair(args, runner, conditions, 0, 0)
                 ended = time.monotonic()
                 for position, (arm, result) in enumerate(zip(("baseline", "candidate"), pair)):
                     writer.writerow(attempt_row(
