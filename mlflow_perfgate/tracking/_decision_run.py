@@ -17,10 +17,11 @@ from typing import Any
 from mlflow.entities import Metric, RunStatus
 
 from ..rules._errors import StoreRefused, StoreUnavailable
-from ..rules._registry import METHODS, OBJECTIVES
+from ..rules._registry import METHODS
 from . import _client, _report, _views
 from ._environment import process_alive, process_identity
 from ._decision_frame import ARM_FIGURES, arm_figure_names, figure_names
+from ._evaluation import Evaluation
 from ._group import AttemptView
 from ._schema import (ARMS, KIND_DECISION, KIND_SUITE, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit,
                       group_key)
@@ -35,7 +36,7 @@ def _number(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def summary_metrics(result: dict) -> dict[str, float]:
+def summary_metrics(evaluation: Evaluation) -> dict[str, float]:
     """The decision run's metrics: each arm's figures, the objective's, the methods' (declared in the registries)."""
     metrics: dict[str, float] = {}
 
@@ -45,35 +46,36 @@ def summary_metrics(result: dict) -> dict[str, float]:
             metrics.setdefault(name, number)
 
     for arm in ARMS:
+        summary = evaluation.arm(arm)
         for key in arm_figure_names():
-            put(arm_metric(arm, key), result[arm].get(key))
-    objective = OBJECTIVES[result["objective"]] if result.get("objective") in OBJECTIVES else None
+            put(arm_metric(arm, key), summary.get(key))
+    objective = evaluation.objective_entry
     for figure in objective.figures if objective else ():
-        put(figure.metric_name, result.get(figure.name))
-    put("recommended_attempts", result.get("recommended_attempts"))
-    method = METHODS[result["method"]] if result.get("method") in METHODS else None
+        put(figure.metric_name, evaluation.figure(figure.name))
+    put("recommended_attempts", evaluation.figure("recommended_attempts"))
+    method = evaluation.method_entry
     for figure in method.figures if method else ():
-        put(figure.metric_name, result.get(figure.name))
-    for name in METHODS:
-        summary = result.get(name)
-        if isinstance(summary, dict):
+        put(figure.metric_name, evaluation.figure(figure.name))
+    for name, summary in evaluation.decision.companions.items():
+        if name in METHODS:
             for figure in METHODS[name].figures:
                 put(figure.metric_name, summary.get(figure.name))
     return metrics
 
 
-def _params(result: dict) -> dict[str, str]:
-    params = {PARAM.of(key): str(value) for key, value in result["thresholds"].items()}
-    if result.get("mode") == "non_regression":
-        params[PARAM.MARGIN] = str(result.get("margin"))
-    method = METHODS[result["method"]] if result.get("method") in METHODS else None
+def _params(evaluation: Evaluation) -> dict[str, str]:
+    params = {PARAM.of(key): str(value) for key, value in evaluation.policy.objective_thresholds().items()}
+    if evaluation.policy.mode == "non_regression":
+        params[PARAM.MARGIN] = str(evaluation.figure("margin"))
+    method = evaluation.method_entry
     for figure in method.figures if method else ():
-        if not figure.metric_name and result.get(figure.name) is not None:
-            params[PARAM.of(figure.name)] = str(result[figure.name])  # a level, such as alpha at this look
+        if not figure.metric_name and evaluation.figure(figure.name) is not None:
+            params[PARAM.of(figure.name)] = str(evaluation.figure(figure.name))  # a level, such as alpha at this look
+    change = evaluation.change
     params.update({
-        PARAM.CHANGED_VARIABLE: _text(result["changed_variable"], MAX_PARAM_VALUE),
-        PARAM.BASELINE_VALUE: _text(result["baseline_value"], MAX_PARAM_VALUE),
-        PARAM.CANDIDATE_VALUE: _text(result["candidate_value"], MAX_PARAM_VALUE),
+        PARAM.CHANGED_VARIABLE: _text(change.variable, MAX_PARAM_VALUE),
+        PARAM.BASELINE_VALUE: _text(change.baseline_value, MAX_PARAM_VALUE),
+        PARAM.CANDIDATE_VALUE: _text(change.candidate_value, MAX_PARAM_VALUE),
     })
     return params
 
@@ -95,29 +97,29 @@ def verdict_name(name: str | None, decision: str) -> str:
     return f"{base}: {_report.verdict_word(decision)}"
 
 
-def _tags(result: dict, note: str) -> dict[str, str]:
+def _tags(evaluation: Evaluation, reason_text: str, note: str) -> dict[str, str]:
     tags = {
         TAG.KIND: KIND_DECISION,
-        TAG.GROUP: result["group"],
-        TAG.GROUP_KEY: group_key(result["group"]),
-        TAG.DECISION: result["decision"],
-        TAG.REASON: result["reason"],
-        TAG.REASON_TEXT: _text(_report.reason_text(result), MAX_TAG_VALUE),
-        TAG.FAILED_CHECKS: ",".join(result["failed_checks"]),
-        TAG.CHANGED_VARIABLE: _text(result["changed_variable"], MAX_TAG_VALUE),
-        TAG.OBJECTIVE: result["objective"],
-        TAG.METHOD: result["method"],
-        TAG.MODE: result["mode"],
-        TAG.LATENCY: result.get("latency", "raw"),
+        TAG.GROUP: evaluation.group,
+        TAG.GROUP_KEY: group_key(evaluation.group),
+        TAG.DECISION: evaluation.verdict,
+        TAG.REASON: evaluation.reason,
+        TAG.REASON_TEXT: _text(reason_text, MAX_TAG_VALUE),
+        TAG.FAILED_CHECKS: ",".join(evaluation.failed_checks),
+        TAG.CHANGED_VARIABLE: _text(evaluation.change.variable, MAX_TAG_VALUE),
+        TAG.OBJECTIVE: evaluation.objective,
+        TAG.METHOD: evaluation.method,
+        TAG.MODE: evaluation.policy.mode,
+        TAG.LATENCY: evaluation.policy.latency,
         TAG.NOTE: _report.fit_note(note),
-        TAG.DECISION_KEY: result["decision_key"],
-        TAG.ATTEMPTS_JUDGED: str(len(result["run_ids"])),
+        TAG.DECISION_KEY: evaluation.decision_key,
+        TAG.ATTEMPTS_JUDGED: str(len(evaluation.views)),
     }
-    if result.get("view_key"):
-        tags[TAG.VIEW_KEY] = result["view_key"]
-    for name in METHODS:
-        if isinstance(result.get(name), dict) and "decision" in result[name]:
-            tags[TAG.method_decision(name)] = result[name]["decision"]
+    if evaluation.view_key:
+        tags[TAG.VIEW_KEY] = evaluation.view_key
+    for name, summary in evaluation.companions.items():
+        if name in METHODS:
+            tags[TAG.method_decision(name)] = summary["decision"]
     return tags
 
 
@@ -300,35 +302,36 @@ def wait_for(mlflow_client, run_id: str, *, timeout_s: float = WAIT_FOR_WINNER_S
         time.sleep(0.2)
 
 
-def write_decision(mlflow_client, run_id: str, result: dict) -> str:
-    """Log the decision onto ``run_id`` and end it FINISHED; returns the report's markdown.
+def write_decision(mlflow_client, run_id: str, evaluation: Evaluation) -> dict:
+    """Log the decision onto ``run_id`` and end it FINISHED; returns the public dict, its ``report`` the markdown.
 
     The attempts' view in the MLflow UI is written first, on the experiment (a store that
     refuses it costs the view alone, with a warning: ``tracking._views``), and its link joins the
-    result (``view_url``); then the files are prepared (a plot that cannot be drawn costs the plot
-    alone, with a warning), then the note is rendered once, from the final result; a write that
-    fails ends the run FAILED and re-raises.
+    evaluation; then the plots are drawn (a plot that cannot be drawn costs the plot alone, with a
+    warning); then the public dict is made, once, and ``decision.json`` and the note are written
+    from it; a write that fails ends the run FAILED and re-raises.
     """
-    _views.attach_link(mlflow_client, result, _views.write_view(mlflow_client, result))
+    _views.attach_link(mlflow_client, evaluation, _views.write_view(mlflow_client, evaluation))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        _report.prepare_artifacts(result, folder)  # may add a warning: render the note after
-        note = _report.decision_markdown(result)
-        (folder / "report.md").write_text(note, encoding="utf-8")
+        evaluation.warnings += _report.draw_plots(evaluation, folder)
+        result = evaluation.to_dict()
+        note = result["report"] = _report.decision_markdown(result)
+        _report.write_files(result, folder)
         now = int(time.time() * 1000)
-        metrics = [Metric(key, value, now, 0) for key, value in summary_metrics(result).items()]
+        metrics = [Metric(key, value, now, 0) for key, value in summary_metrics(evaluation).items()]
         try:
-            tags = _tags(result, note)
+            tags = _tags(evaluation, _report.reason_text(result), note)
             name = _client.retrying(lambda: mlflow_client.get_run(run_id)).info.run_name
-            tags[TAG.RUN_NAME] = verdict_name(name, result["decision"])
-            _client.log_batch(mlflow_client, run_id, params=_params(result), metrics=metrics, tags=tags)
+            tags[TAG.RUN_NAME] = verdict_name(name, evaluation.verdict)
+            _client.log_batch(mlflow_client, run_id, params=_params(evaluation), metrics=metrics, tags=tags)
             _report.log_artifacts(mlflow_client, run_id, result, folder)
         except BaseException:
             with contextlib.suppress(Exception):
                 mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
             raise
     _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED)))
-    return note
+    return result
 
 
 #: Re-parenting writes one tag per attempt; against a server they go this many at a time.

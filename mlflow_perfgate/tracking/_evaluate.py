@@ -9,6 +9,7 @@ from ..rules._errors import InputError, PolicyError
 from . import _client, _journal, _reconcile, _report, _views
 from ._decision_run import decision_key, decision_target, discard, reparent, wait_for, write_decision
 from ._environment import ENV_MISMATCH_MODES
+from ._evaluation import Evaluation
 from ._group import AttemptView, group_filter, load, load_group
 from ._judge import judge_views, objective_metrics
 from ._schema import TAG
@@ -162,65 +163,65 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         policy = policy.replace(objective=parent.data.tags[TAG.OBJECTIVE])
     if look is None and max_looks is None and parent is not None:
         look, max_looks, previous_fraction = _sequential_look(parent.data.tags, notes)
-    result, change = judge_views(views, policy, env_mismatch, look=look, max_looks=max_looks,
-                                 previous_fraction=previous_fraction)
-    result["warnings"] = notes + result.get("warnings", [])
+    judged = judge_views(views, policy, env_mismatch, look=look, max_looks=max_looks,
+                         previous_fraction=previous_fraction)
+    warnings = notes + list(judged.notes)
     waiting = _journal.pending(tracking_uri=mlflow_client.tracking_uri, group=group)
+    verdict, reason = judged.decision.verdict, judged.decision.reason
     if waiting:
         # Their outcomes (failures included) are unknown to MLflow: deciding now could drop
         # failed attempts from the denominator.
-        result["warnings"].append(
-            f"{len(waiting)} attempts of this group wait in the journal {_journal.journal_path()}; "
-            "run 'mlflow-perfgate sync', then evaluate again")
-        if result["decision"] in ("accept", "reject"):
-            result.update(decision="rerun", reason="attempts_not_synced")
-    result["warnings"] += [f"journal line skipped: {line}" for line in _journal.skipped_lines()[:5]]
-    result.update(
-        group=group, experiment_id=experiment_id, thresholds=policy.objective_thresholds(),
-        objective=policy.objective, mode=policy.mode, method_asked=policy.method, latency=policy.latency,
-        changed_variable=change.variable, baseline_value=change.baseline_value,
-        candidate_value=change.candidate_value, run_ids=[v.run_id for v in views],
-        duplicate_run_ids=found.duplicates,
-        attempts=[{**v.record(objective_metrics()), **v.contention(), "arm": v.arm, "state": v.state,
-                   "attempt_id": v.attempt_id,
-                   "start_time": v.start_time, "deleted": v.deleted} for v in views],
+        warnings.append(f"{len(waiting)} attempts of this group wait in the journal {_journal.journal_path()}; "
+                        "run 'mlflow-perfgate sync', then evaluate again")
+        if verdict in ("accept", "reject"):
+            verdict, reason = "rerun", "attempts_not_synced"
+    warnings += [f"journal line skipped: {line}" for line in _journal.skipped_lines()[:5]]
+    context = {} if previous_fraction is None else {"previous_fraction": previous_fraction}
+    evaluation = Evaluation(
+        group=group, experiment_id=experiment_id, policy=policy, judged=judged, views=tuple(views),
+        attempts=tuple({**v.record(objective_metrics()), **v.contention(), "arm": v.arm, "state": v.state,
+                        "attempt_id": v.attempt_id, "start_time": v.start_time, "deleted": v.deleted}
+                       for v in views),
         decision_key=decision_key(group, views, policy.options(), env_mismatch=env_mismatch, look=look,
-                                  max_looks=max_looks, waiting=len(waiting),
-                                  **({} if previous_fraction is None else {"previous_fraction": previous_fraction})),
-    )
-    result.setdefault("method", policy.method)  # the rule's own: a paired request without rounds is judged by robust
-    result.setdefault("failed_checks", [])
+                                  max_looks=max_looks, waiting=len(waiting), **context),
+        verdict=verdict, reason=reason, warnings=warnings, duplicate_run_ids=tuple(found.duplicates))
     if dry_run:
-        result.update(decision_run_id=None, decision_run_url=None, report=None, view_url=None)
-        return result
+        return evaluation.to_dict()
+    return _write(evaluation, found, parent, mlflow_client, stale_after_s)
+
+
+def _write(evaluation: Evaluation, found, parent, mlflow_client, stale_after_s: float) -> dict:
+    """Reconcile the group's runs, claim the decision run (or adopt a twin's), write it; the public dict."""
     # what the UI shows follows what was counted (the rule sync and reap apply too)
     fixes = _reconcile.reconcile(found.runs, stale_after_s=stale_after_s)
-    result["reconciled_run_ids"] = _reconcile.apply(mlflow_client, fixes)
+    evaluation.reconciled_run_ids = tuple(_reconcile.apply(mlflow_client, fixes))
     if fixes:
-        result["warnings"].append(f"{len(fixes)} runs of this group were shown otherwise than counted and were ended "
-                                  "as counted: " + "; ".join(f"run {fix.run_id} {fix.status} ({fix.why})"
-                                                             for fix in fixes[:5]))
-    same = [run for run in found.decisions if run.data.tags.get(TAG.DECISION_KEY) == result["decision_key"]]
+        evaluation.warnings.append(f"{len(fixes)} runs of this group were shown otherwise than counted and were "
+                                   "ended as counted: " + "; ".join(f"run {fix.run_id} {fix.status} ({fix.why})"
+                                                                    for fix in fixes[:5]))
+    same = [run for run in found.decisions if run.data.tags.get(TAG.DECISION_KEY) == evaluation.decision_key]
     if same:  # judged before, on exactly these attempts and this policy: the same decision run
         decision_run_id, role = same[-1].info.run_id, "adopt"
     else:
-        decision_run_id, role = decision_target(parent, mlflow_client, experiment_id, group, result["decision_key"],
-                                                   views)
-    result["decision_run_id"] = decision_run_id
-    result["decision_run_url"] = _client.run_link(mlflow_client.tracking_uri, experiment_id, decision_run_id)
+        decision_run_id, role = decision_target(parent, mlflow_client, evaluation.experiment_id, evaluation.group,
+                                                evaluation.decision_key, list(evaluation.views))
+    evaluation.decision_run_id = decision_run_id
+    evaluation.decision_run_url = _client.run_link(mlflow_client.tracking_uri, evaluation.experiment_id,
+                                                   decision_run_id)
     if role == "adopt":
         winner = wait_for(mlflow_client, decision_run_id)
-        _views.attach_link(mlflow_client, result, winner.data.tags.get(TAG.VIEW_KEY))
+        _views.attach_link(mlflow_client, evaluation, winner.data.tags.get(TAG.VIEW_KEY))
+        result = evaluation.to_dict()
         result["report"] = _report.decision_markdown(result)
         return result
     try:
-        result["report"] = write_decision(mlflow_client, decision_run_id, result)
+        result = write_decision(mlflow_client, decision_run_id, evaluation)
     except BaseException:
         if role == "write_new":
             discard(mlflow_client, decision_run_id)  # no half-written decision run stays listed
         raise
     if role == "write_new":
-        reparent(mlflow_client, views, decision_run_id)
+        reparent(mlflow_client, list(evaluation.views), decision_run_id)
     _report.write_step_summary(result["report"])
     return result
 

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .. import rules
 from ..rules._errors import EnvironmentMismatch, SingleVariableError
 from ..rules._registry import OBJECTIVES
 from ._environment import compare_fingerprints, env_from_tags
+from ._evaluation import Change, Judged
 from ._group import AttemptView
 from ._schema import ARMS
 
-__all__ = ["Change", "changed_variable", "judge_views", "objective_metrics", "records"]
-
-
-@dataclass(frozen=True)
-class Change:
-    """The changed variable of a group and its value in each arm (``None`` when not known)."""
-
-    variable: str | None = None
-    baseline_value: str | None = None
-    candidate_value: str | None = None
+__all__ = ["Change", "Judged", "changed_variable", "judge_views", "objective_metrics", "records"]
 
 
 def _arm_conditions(views: list[AttemptView], arm: str) -> dict | None:
@@ -67,12 +57,12 @@ def records(views: list[AttemptView]) -> dict[str, list[dict]]:
 
 
 def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: str, *, look: int | None = None,
-                max_looks: int | None = None, previous_fraction: float | None = None) -> tuple[dict, Change]:
+                max_looks: int | None = None, previous_fraction: float | None = None) -> Judged:
     """The evaluator's order: correctness, single variable, environment, in-progress, then the rule.
 
     Returns:
-        The result dict (the rule's, or the evaluator's own ``blocked_by_correctness`` /
-        ``attempts_in_progress`` answer) and the group's :class:`Change`.
+        The :class:`Judged` answer: the rule's decision, or the evaluator's own
+        ``blocked_by_correctness`` / ``attempts_in_progress`` answer, with the group's :class:`Change`.
 
     Raises:
         SingleVariableError: the arms break the single-variable rule (unless blocked first).
@@ -82,6 +72,7 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
     views = [v for v in views if v.state != "excluded"]
     notes = [f"{len(excluded)} attempts excluded by 'forget' are not judged: "
              + ", ".join(f"{v.run_id} ({v.failure})" for v in excluded[:10])] if excluded else []
+    excluded_runs = tuple(v.run_id for v in excluded)
     judged = records(views)
     invalid = [v for v in views if v.validity and not v.validity["run_valid"]]
     if invalid:
@@ -90,47 +81,48 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
         except SingleVariableError:
             change = Change()
         first = invalid[0]
-        return {
-            **_summaries(judged), "decision": "blocked_by_correctness", "reason": "run_invalid",
-            "issues": sorted({issue for v in invalid for issue in v.validity["issues"]}),
-            "first_failure": first.validity["first_failure"], "reproducible": first.validity["reproducible"],
-            "invalid_runs": [v.run_id for v in invalid], "failed_checks": ["run_valid"], "warnings": notes,
-            "excluded_runs": [v.run_id for v in excluded],
-        }, change
+        answer = {"issues": sorted({issue for v in invalid for issue in v.validity["issues"]}),
+                  "first_failure": first.validity["first_failure"], "reproducible": first.validity["reproducible"],
+                  "invalid_runs": [v.run_id for v in invalid]}
+        return Judged(_own_answer(judged, "blocked_by_correctness", "run_invalid", policy), change, tuple(notes),
+                      excluded_runs, answer, failed_checks=("run_valid",))
     change = changed_variable(views)
-    warnings = list(notes)
+    notes += _environment_notes(views, change, env_mismatch)
+    running = [v.run_id for v in views if v.state == "running"]
+    if running:
+        return Judged(_own_answer(judged, "rerun", "attempts_in_progress", policy), change, tuple(notes),
+                      excluded_runs, {"running_runs": running})
+    decision = rules.judge(judged["baseline"], judged["candidate"], policy, look=look, max_looks=max_looks,
+                           previous_fraction=previous_fraction)
+    key = policy.latency_key
+    flagged = {arm: [judged[arm][index] for index in indices] for arm, indices in decision.advice.get(
+        "contention", {}).items()}
+    for arm, attempts in flagged.items():
+        notes += [f"possible contention: {arm} attempt {record['run_id']} "
+                  f"({record.get(key, record['latency_ms']):.4g} ms) is far outside its arm's spread; it stays "
+                  "in every count" for record in attempts]
+    for arm, summary in (("baseline", decision.baseline), ("candidate", decision.candidate)):
+        if summary.contended_runs:  # uncontended only: fastest has no fallback
+            notes.append(f"{summary.contended_runs} of {summary.valid_runs} successful {arm} attempts have no "
+                         f"{key} (more than half their steps waited for a CPU, or contention was not measured): "
+                         "judged on their raw latency_ms")
+    return Judged(decision, change, tuple(notes), excluded_runs, failed_checks=tuple(decision.failed_checks),
+                  contention_runs={arm: tuple(record["run_id"] for record in attempts)
+                                   for arm, attempts in flagged.items()})
+
+
+def _environment_notes(views: list[AttemptView], change: Change, env_mismatch: str) -> list[str]:
+    """The fingerprints' differences beyond the changed variable: refused, warned of, or ignored."""
     mismatches = compare_fingerprints([(v.run_id, env_from_tags(v.tags)) for v in views], change.variable)
     if mismatches and env_mismatch == "fail":
         raise EnvironmentMismatch(
             "the attempts ran in different environments beyond the changed variable ("
             + "; ".join(mismatches) + "); rerun them in one environment, or pass env_mismatch='warn'")
-    if mismatches and env_mismatch == "warn":
-        warnings += [f"environment differs: {m}" for m in mismatches]
-    running = [v.run_id for v in views if v.state == "running"]
-    if running:
-        return {**_summaries(judged), "decision": "rerun", "reason": "attempts_in_progress",
-                "running_runs": running, "failed_checks": [], "warnings": warnings,
-                "excluded_runs": [v.run_id for v in excluded]}, change
-    decision = rules.judge(judged["baseline"], judged["candidate"], policy, look=look, max_looks=max_looks,
-                           previous_fraction=previous_fraction)
-    result = decision.to_dict()
-    key = policy.latency_key
-    flagged = {arm: [judged[arm][index] for index in indices] for arm, indices in result["contention"].items()}
-    for arm, attempts in flagged.items():
-        warnings += [f"possible contention: {arm} attempt {record['run_id']} "
-                     f"({record.get(key, record['latency_ms']):.4g} ms) is far outside its arm's spread; it stays "
-                     "in every count" for record in attempts]
-    for arm, summary in (("baseline", decision.baseline), ("candidate", decision.candidate)):
-        if summary.contended_runs:  # uncontended only: fastest has no fallback
-            warnings.append(f"{summary.contended_runs} of {summary.valid_runs} successful {arm} attempts have no "
-                            f"{key} (more than half their steps waited for a CPU, or contention was not measured): "
-                            "judged on their raw latency_ms")
-    result["contention_runs"] = {arm: [record["run_id"] for record in attempts] for arm, attempts in flagged.items()}
-    result["warnings"] = warnings
-    result["excluded_runs"] = [v.run_id for v in excluded]
-    result.setdefault("failed_checks", [])
-    return result, change
+    return [f"environment differs: {m}" for m in mismatches] if env_mismatch == "warn" else []
 
 
-def _summaries(judged: dict[str, list[dict]]) -> dict:
-    return {arm: rules.ArmSummary.from_runs(judged[arm]).to_dict() for arm in ARMS}
+def _own_answer(judged: dict[str, list[dict]], verdict: str, reason: str, policy: rules.Policy) -> rules.Decision:
+    """The evaluator's own answer as a decision without checks: the arms' summaries, the verdict, why."""
+    return rules.Decision(verdict, reason, rules.ArmSummary.from_runs(judged["baseline"]),
+                          rules.ArmSummary.from_runs(judged["candidate"]), method=policy.method, mode=policy.mode,
+                          objective=policy.objective)

@@ -75,7 +75,7 @@ def reconcile(runs, now_ms: int | None = None, stale_after_s: float = float("inf
         if TAG.DECISION in tags and tags.get(TAG.DECISION_KEY):
             decided.setdefault((tags.get(TAG.GROUP), tags[TAG.DECISION_KEY]), run.info.run_id)
     for run in runs:
-        tags, status, run_id = run.data.tags, run.info.status, run.info.run_id
+        tags, status = run.data.tags, run.info.status
         kind = tags.get(TAG.KIND)
         if kind == KIND_ATTEMPT:
             fix = _attempt_fix(run, holders, now_ms)

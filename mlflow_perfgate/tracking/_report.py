@@ -13,6 +13,7 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Mapping, NamedTuple
 
 from ..rules._errors import FormatError
 from ..rules._records import REASONS, headline, pct, plain
@@ -22,8 +23,8 @@ from . import _client
 from . import _markdown as md
 from ._schema import ARMS, ARTIFACT_DIR, DECISION_FORMAT, MAX_TAG_VALUE, fit
 
-__all__ = ["ARTIFACT_DIR", "decision_markdown", "decision_summary", "fit_note", "latency_plot", "log_artifacts",
-           "metric_figure", "objective_plot", "prepare_artifacts", "read_decision",
+__all__ = ["ARTIFACT_DIR", "decision_markdown", "decision_summary", "draw_plots", "fit_note", "latency_plot",
+           "log_artifacts", "metric_figure", "objective_plot", "read_decision", "write_files",
            "read_report", "reason_text", "verdict_word", "write_step_summary"]
 
 #: The rows every report has: (label, key of the arm summary, unit).
@@ -295,9 +296,35 @@ _LATENCY_PLOT = ("latency.png", "latency", "ms", "latency_ms",
                  (("median_ms", "median", "solid"), ("p95_ms", "P95", "dashed")))
 
 
-def _plot_spec(result: dict) -> tuple | None:
+class _PlotInputs(NamedTuple):
+    """What a plot reads of a decision, from an :class:`~._evaluation.Evaluation` or the public dict."""
+
+    group: str
+    verdict: str
+    objective: str
+    latency: str
+    attempts: list
+    arms: dict
+    labels: dict
+
+    @classmethod
+    def of(cls, result) -> "_PlotInputs":
+        if isinstance(result, Mapping):
+            variable = result.get("changed_variable")
+            labels = {arm: f"{variable}={result.get(f'{arm}_value')}\n({arm})" if variable else arm for arm in ARMS}
+            return cls(result["group"], result["decision"], result.get("objective", "latency"),
+                       result.get("latency", "raw"), list(result.get("attempts", [])),
+                       {arm: result.get(arm) or {} for arm in ARMS}, labels)
+        change = result.change
+        values = {"baseline": change.baseline_value, "candidate": change.candidate_value}
+        labels = {arm: f"{change.variable}={values[arm]}\n({arm})" if change.variable else arm for arm in ARMS}
+        return cls(result.group, result.verdict, result.objective, result.policy.latency, list(result.attempts),
+                   {arm: result.arm(arm) for arm in ARMS}, labels)
+
+
+def _plot_spec(objective_name: str) -> tuple | None:
     """The objective's own plot (memory, throughput: any objective with an attempt metric), or None."""
-    objective = OBJECTIVES[result["objective"]] if result.get("objective") in OBJECTIVES else None
+    objective = OBJECTIVES[objective_name] if objective_name in OBJECTIVES else None
     if objective is None or not objective.metric:
         return None
     metric = objective.metric
@@ -305,11 +332,6 @@ def _plot_spec(result: dict) -> tuple | None:
     label = {"peak_mem_mib": "peak memory", "throughput_tok_s": "throughput"}.get(metric, metric)
     return (f"{objective.name}.png", label, objective.unit, metric,
             ((f"median_{metric}", "median", "solid"), (f"{tail[0]}_{metric}", tail[1], "dashed")))
-
-
-def _arm_label(result: dict, arm: str) -> str:
-    variable, value = result.get("changed_variable"), result.get(f"{arm}_value")
-    return f"{variable}={value}\n({arm})" if variable else arm
 
 
 def preload_plotting() -> None:
@@ -321,8 +343,8 @@ def preload_plotting() -> None:
     import matplotlib.ticker  # noqa: F401
 
 
-def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
-    """The figure of one plot: each arm's attempts as points, its median and tail marked.
+def metric_figure(result, spec: tuple = _LATENCY_PLOT):
+    """The figure of one plot (of an evaluation, or of the public dict): each arm's attempts as points, its median and tail marked.
 
     The x axis names the changed variable's value in each arm (``checkpoint=false``); numbers
     are plain, with their unit (``1,034 ms``, never ``1.03e+03``); failed (and still running)
@@ -336,13 +358,14 @@ def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
     from matplotlib.ticker import FuncFormatter
 
     _, label, unit, key, lines = spec
-    attempts = result.get("attempts", [])
-    if key == "latency_ms" and result.get("latency") in LATENCY_KEYS and result.get("objective", "latency") == "latency":
+    shown_of = _PlotInputs.of(result)
+    attempts = shown_of.attempts
+    if key == "latency_ms" and shown_of.latency in LATENCY_KEYS and shown_of.objective == "latency":
         # the points are what was judged, as the median and P95 lines are
-        judged = LATENCY_KEYS[result["latency"]]
+        judged = LATENCY_KEYS[shown_of.latency]
         attempts = [{**a, key: a.get(judged, a.get(key))} for a in attempts]
         label = {"uncontended": "uncontended latency", "fastest": "fastest step",
-                 "p10": "10th-percentile step"}.get(result["latency"], label)
+                 "p10": "10th-percentile step"}.get(shown_of.latency, label)
     not_ok = {arm: [a for a in attempts if a["arm"] == arm and not a.get("ok")] for arm in ARMS}
     lane = any(not_ok.values())
     fig = plt.figure(figsize=(7.5, 4.8 if lane else 4.2), layout="constrained")
@@ -360,7 +383,7 @@ def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
             ax.scatter([jitter[i] for i, flag in enumerate(busy) if flag], [values[i] for i, flag in enumerate(busy) if flag],
                        s=24, facecolors="none", edgecolors=f"C{x}", label="contended" if not contended_shown else None)
             contended_shown = True
-        summary = result.get(arm) or {}
+        summary = shown_of.arms[arm]
         levels = [(name, style, summary.get(figure)) for figure, name, style in lines]
         levels = [item for item in levels if item[2] is not None]
         for index, (name, style, level) in enumerate(levels):
@@ -377,9 +400,8 @@ def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
     ax.set_ylabel(f"{label} ({unit})")
     ax.set_xlim(-0.6, len(ARMS) + 0.1)
     counts = {arm: sum(1 for a in attempts if a["arm"] == arm and a.get("ok")) for arm in ARMS}
-    ticks = [f"{_arm_label(result, arm)}, {counts[arm]} ok" for arm in ARMS]
-    ax.set_title(f"{result['group'][:60]}: {verdict_word(result['decision'])} ({result.get('objective', 'latency')})",
-                 fontsize=10)
+    ticks = [f"{shown_of.labels[arm]}, {counts[arm]} ok" for arm in ARMS]
+    ax.set_title(f"{shown_of.group[:60]}: {verdict_word(shown_of.verdict)} ({shown_of.objective})", fontsize=10)
     if not lane:
         ax.set_xticks(range(len(ARMS)), ticks)
         return fig
@@ -402,7 +424,7 @@ def metric_figure(result: dict, spec: tuple = _LATENCY_PLOT):
     return fig
 
 
-def _save(result: dict, path: Path, spec: tuple) -> Path:
+def _save(result, path: Path, spec: tuple) -> Path:
     import matplotlib.pyplot as plt
 
     fig = metric_figure(result, spec)
@@ -413,14 +435,14 @@ def _save(result: dict, path: Path, spec: tuple) -> Path:
     return path
 
 
-def latency_plot(result: dict, path: Path) -> Path:
+def latency_plot(result, path: Path) -> Path:
     """Both arms' attempts' latencies as points, median and P95 marked, failed attempts in their own lane."""
     return _save(result, path, _LATENCY_PLOT)
 
 
-def objective_plot(result: dict, folder: Path) -> Path | None:
+def objective_plot(result, folder: Path) -> Path | None:
     """For an objective with its own metric (memory, throughput), that metric's plot (``memory.png``, ...)."""
-    spec = _plot_spec(result)
+    spec = _plot_spec(_PlotInputs.of(result).objective)
     return None if spec is None else _save(result, folder / spec[0], spec)
 
 
@@ -447,22 +469,30 @@ def _json_safe(value):
     return value
 
 
-def prepare_artifacts(result: dict, folder: Path) -> None:
-    """Write decision.json, latency.png (and the objective's plot) into ``folder``, before anything is logged.
+def draw_plots(evaluation, folder: Path) -> list[str]:
+    """Draw latency.png (and the objective's plot) into ``folder``; the warnings of plots not drawn.
 
     A plot that cannot be drawn (latencies near the float limit, say) costs the plot alone,
-    with a warning in the result: never the decision.
+    with a warning for the decision: never the decision.
     """
-    for spec in (_LATENCY_PLOT, _plot_spec(result)):
+    warnings = []
+    for spec in (_LATENCY_PLOT, _plot_spec(_PlotInputs.of(evaluation).objective)):
         if spec is None:
             continue
         try:
-            _save(result, folder / spec[0], spec)
+            _save(evaluation, folder / spec[0], spec)
         except Exception as exc:  # matplotlib's own limits; the figures stay in the JSON and the table
             (folder / spec[0]).unlink(missing_ok=True)
-            result.setdefault("warnings", []).append(f"{spec[1]} plot not drawn: {type(exc).__name__}: {exc}")
-    payload = {"format_version": DECISION_FORMAT, **_json_safe(result)}
+            warnings.append(f"{spec[1]} plot not drawn: {type(exc).__name__}: {exc}")
+    return warnings
+
+
+def write_files(result: dict, folder: Path) -> None:
+    """Write ``decision.json`` (the public dict without its report, which is ``report.md``) and
+    ``report.md`` into ``folder``, before anything is logged."""
+    payload = {"format_version": DECISION_FORMAT, **_json_safe({k: v for k, v in result.items() if k != "report"})}
     (folder / "decision.json").write_text(json.dumps(payload, indent=2, default=str, allow_nan=False))
+    (folder / "report.md").write_text(result["report"], encoding="utf-8")
 
 
 def log_artifacts(mlflow_client, run_id: str, result: dict, folder: Path) -> None:

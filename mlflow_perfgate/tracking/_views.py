@@ -23,8 +23,8 @@ import json
 import shlex
 
 from ..rules._errors import StoreError
-from ..rules._registry import OBJECTIVES
 from . import _client
+from ._evaluation import Evaluation
 from ._group import group_filter
 from ._schema import KIND_ATTEMPT, METRIC, TAG, VIEW_STATE_PREFIX
 
@@ -38,18 +38,18 @@ def _column(kind: str, name: str) -> str | None:
     return None if "`" in name else f"{kind}.`{name}`"
 
 
-def decision_view(result: dict) -> dict:
+def decision_view(evaluation: Evaluation) -> dict:
     """The view state of a decision's attempts (a JSON-ready dict in the UI's format)."""
     columns = []
-    if result.get("changed_variable"):
-        columns.append(_column("params", result["changed_variable"]))
+    if evaluation.change.variable:
+        columns.append(_column("params", evaluation.change.variable))
     metrics = [METRIC.LATENCY, METRIC.QUALITY]
-    objective = OBJECTIVES[result["objective"]] if result.get("objective") in OBJECTIVES else None
+    objective = evaluation.objective_entry
     if objective is not None and objective.metric:
         metrics.append(objective.metric)
     columns += [_column("metrics", name) for name in metrics]
     columns += [_column("tags", name) for name in (TAG.ARM, TAG.OK, TAG.FAILURE, TAG.PAIR)]
-    search = f"{group_filter(result['group'])} AND tags.\"{TAG.KIND}\" = '{KIND_ATTEMPT}'"
+    search = f"{group_filter(evaluation.group)} AND tags.\"{TAG.KIND}\" = '{KIND_ATTEMPT}'"
     return {
         "searchFilter": search,
         "orderByKey": f"tags.`{TAG.ARM}`",
@@ -75,29 +75,29 @@ def view_link(tracking_uri: str, experiment_id: str, key: str) -> str:
     return f"mlflow ui --backend-store-uri {shlex.quote(uri)}, then open http://127.0.0.1:5000/{page}"
 
 
-def write_view(mlflow_client, result: dict) -> str | None:
+def write_view(mlflow_client, evaluation: Evaluation) -> str | None:
     """Write a decision's view on its experiment; its key, or ``None`` when the store refused it.
 
-    A refusal (or an outage) costs the view alone: a warning in the result says so, and the
+    A refusal (or an outage) costs the view alone: a warning on the evaluation says so, and the
     decision is written without the link.
     """
-    view = decision_view(result)
+    view = decision_view(evaluation)
     text = json.dumps(view, sort_keys=True)
     if len(text) > MAX_EXPERIMENT_TAG_VALUE:
-        result.setdefault("warnings", []).append("the attempts' view is too long for an experiment tag; not written")
+        evaluation.warnings.append("the attempts' view is too long for an experiment tag; not written")
         return None
     key = view_key(view)
     try:
-        _client.retrying(lambda: mlflow_client.set_experiment_tag(result["experiment_id"], VIEW_STATE_PREFIX + key,
+        _client.retrying(lambda: mlflow_client.set_experiment_tag(evaluation.experiment_id, VIEW_STATE_PREFIX + key,
                                                                   text))
     except StoreError as exc:
-        result.setdefault("warnings", []).append(f"the attempts' view in the MLflow UI could not be written: {exc}")
+        evaluation.warnings.append(f"the attempts' view in the MLflow UI could not be written: {exc}")
         return None
     return key
 
 
-def attach_link(mlflow_client, result: dict, key: str | None) -> None:
-    """``view_url`` (and ``view_key``) on the result, for the report and the command's tail."""
-    result["view_key"] = key
-    result["view_url"] = None if key is None else view_link(mlflow_client.tracking_uri, result["experiment_id"], key)
-
+def attach_link(mlflow_client, evaluation: Evaluation, key: str | None) -> None:
+    """The view's key and link on the evaluation, for the report and the command's tail."""
+    evaluation.view_key = key
+    evaluation.view_url = None if key is None else view_link(mlflow_client.tracking_uri, evaluation.experiment_id,
+                                                             key)
