@@ -305,6 +305,8 @@ def _outcome(result, conditions: dict) -> dict:
         metrics[METRIC.THROUGHPUT] = result.throughput_tok_s
     if result.wall_s is not None:
         metrics[METRIC.ATTEMPT_WALL] = result.wall_s
+    if result.ok:
+        metrics.update(result.figures)  # what the objective's entry measured (Objective.measure)
     # The kernel's contention figures, raw, failed attempts' too (for the steps they completed).
     for key, value in ((METRIC.RUNQ_WAIT, result.runq_wait_ms), (METRIC.CPU, result.cpu_ms),
                        (METRIC.WAIT_SHARE, result.wait_share), (METRIC.NIVCSW, result.nivcsw),
@@ -513,6 +515,13 @@ class _Plan:
         """The most attempts per arm this call may run."""
         return self.max_attempts if self.until_decisive else self.attempts
 
+    @property
+    def measures(self) -> tuple[str, ...]:
+        """The objectives whose figure every attempt measures (an entry with ``measure``: a plugin's)."""
+        from .rules._registry import OBJECTIVES
+
+        return (self.objective,) if OBJECTIVES.require(self.objective).measure is not None else ()
+
 
 def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts: int, objective: str | None,
                      until_decisive: bool, max_attempts: int | None, interleave: str, supervised: bool, runner: Any,
@@ -535,10 +544,23 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
     require_fixed_conditions(base)
     variable, value = _validated_change(base, change, hypothesis)
     _check_interleave(interleave, variable, base, objective, supervised, runner)
+    _check_measure(objective, supervised)
     return _Plan(workload=workload, base=base, candidate={**base, variable: value}, variable=variable,
                  objective=objective, policy=policy, attempts=attempts, until_decisive=until_decisive,
                  max_attempts=max_attempts, interleave=interleave, supervised=supervised, runner=runner,
                  evaluate_kwargs=dict(evaluate_kwargs), **rest)
+
+
+def _check_measure(objective: str, supervised: bool) -> None:
+    """An objective whose entry measures its figure in each attempt must be one every attempt's process has."""
+    from .rules._registry import OBJECTIVES
+    from .workloads._measures import check_measures
+
+    if OBJECTIVES.require(objective).measure is not None:
+        try:
+            check_measures((objective,), supervised)
+        except ValueError as error:
+            raise InputError(str(error)) from None
 
 
 class _Comparison:
@@ -671,7 +693,8 @@ class _Comparison:
         started = [self._start(arm, pair) for arm in order]
         results = run_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
                                   supervised=plan.supervised, timeout_s=2 * plan.timeout_s, threads=plan.threads,
-                                  runner=self.active, memory=self.memory.needed(*order))
+                                  runner=self.active, memory=self.memory.needed(*order),
+                                  measures=self.plan.measures)
         self.in_flight.clear()
         for arm, attempt, result in zip(order, started, results):
             self.report(arm, attempt, result, bar)
@@ -692,7 +715,7 @@ class _Comparison:
                 started = self._start(arm, self.next_pair + index // 2)
                 result = run_attempt(plan.workload, self.arms[arm], supervised=plan.supervised,
                                      timeout_s=plan.timeout_s, threads=plan.threads, runner=self.active,
-                                     memory=self.memory.needed(arm))
+                                     memory=self.memory.needed(arm), measures=plan.measures)
                 self.in_flight.clear()
                 self.report(arm, started, result, bar)
         self.next_pair += len(order) // 2

@@ -29,6 +29,7 @@ toy = perfgate_toy:TOY_METHOD
 
 [mlflow_perfgate.objectives]
 wall = perfgate_toy:make_wall_objective
+slowest = perfgate_toy:SLOWEST
 """
 TINY = ["--set=input_shape=2,16", "--set=steps=3", "--set=warmup=1"]
 EXPERIMENT = "plugins"
@@ -98,6 +99,28 @@ def test_compare_decides_on_the_plugin_s_objective(site, sqlite_uri):
     assert run.data.params["perfgate.maximum_wall_cost"] == "5.0"
 
 
+@pytest.mark.parametrize("interleave", ["attempts", "steps"])
+def test_an_objective_on_a_figure_its_entry_measures(site, sqlite_uri, interleave):
+    """The entry's ``measure`` runs in each attempt's process; its figure is the attempt run's metric, judged."""
+    done = cli(site, "compare", "--workload", "tinylm", *TINY, "--change", "checkpoint=true", "--objective",
+               "slowest", "--maximum-slowest-cost", "5", "--attempts", "3", "--min-valid-runs", "3", "--no-progress",
+               "--interleave", interleave, "--experiment", EXPERIMENT, "--format", "json")
+    assert done.returncode in (0, 1, 3), done.stderr
+    result = json.loads(done.stdout)
+    assert result["objective"] == "slowest" and "slowest_cost_ok" in result["messages"], result
+    client = MlflowClient()
+    assert sum(attempt["ok"] for attempt in result["attempts"]) == 6
+    for attempt in result["attempts"]:
+        run = client.get_run(attempt["run_id"])
+        steps = [m.value for m in client.get_metric_history(attempt["run_id"], "step_time_ms")]
+        assert len(steps) == 3 and run.data.metrics["slowest_step_ms"] == pytest.approx(max(steps), rel=1e-9)
+        assert attempt["slowest_step_ms"] == run.data.metrics["slowest_step_ms"]  # the record judged
+    decision = client.get_run(result["decision_run_id"])
+    assert decision.data.metrics["baseline_median_slowest_step_ms"] > 0 and "toy_slowest_cost" in decision.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(result["decision_run_id"], "perfgate")}
+    assert "perfgate/slowest.png" in artifacts  # its plot, labelled by the entry
+
+
 def test_a_suite_runs_and_gates_an_entry_judged_by_the_plugin_s_method(site, sqlite_uri, tmp_path):
     suite = tmp_path / "suite.toml"
     suite.write_text(f"""
@@ -121,6 +144,31 @@ change = {{checkpoint = true}}
     assert "latency, toy, non_regression" in done.stdout  # judged, and gated, by the plugin's method
     row = pg.decisions(experiment_name=EXPERIMENT, suite="toys").iloc[0]
     assert row["method"] == "toy" and row["suite_entry"] == "checkpoint"
+
+
+def test_a_suite_entry_judged_on_the_plugin_s_measured_objective(site, sqlite_uri, tmp_path):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f"""
+[suite]
+name = "slow-toys"
+experiment = "{EXPERIMENT}"
+
+[defaults]
+attempts = 3
+set = {{input_shape = "2,16", steps = 2, warmup = 1}}
+thresholds = {{min_valid_runs = 3, maximum_slowest_cost = 5}}
+
+[[entry]]
+name = "checkpoint"
+objective = "slowest"
+change = {{checkpoint = true}}
+""")
+    done = cli(site, "suite", "run", str(suite), "--no-progress")
+    assert done.returncode in (0, 1, 3), done.stdout + done.stderr
+    row = pg.decisions(experiment_name=EXPERIMENT, suite="slow-toys").iloc[0]
+    assert row["objective"] == "slowest" and row["suite_entry"] == "checkpoint"
+    decision = MlflowClient().get_run(row["run_id"])
+    assert decision.data.metrics["candidate_median_slowest_step_ms"] > 0
 
 
 @pytest.mark.slow
@@ -170,6 +218,7 @@ def test_a_plugin_that_fails_to_load_is_left_out_saying_why(site, tmp_path):
 def test_the_readme_s_entry_points_are_the_ones_installed_here():
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     for group, name, target in (("mlflow_perfgate.methods", "toy", "perfgate_toy:TOY_METHOD"),
-                                ("mlflow_perfgate.objectives", "wall", "perfgate_toy:make_wall_objective")):
+                                ("mlflow_perfgate.objectives", "wall", "perfgate_toy:make_wall_objective"),
+                                ("mlflow_perfgate.objectives", "slowest", "perfgate_toy:SLOWEST")):
         assert f'[project.entry-points."{group}"]' in readme
         assert f'{name} = "{target}"' in readme and f"{name} = {target}" in ENTRY_POINTS

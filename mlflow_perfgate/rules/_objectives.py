@@ -96,7 +96,7 @@ MEMORY = Objective(
     figures=(Figure("memory_reduction", "memory reduction"), Figure("latency_cost", "latency cost")),
     headlines={"improvement": "ACCEPT: the candidate needs less memory within its latency budget, no worse in "
                               "quality, and no less reliable"},
-    help="peak memory, lower is better, within a latency budget",
+    help="peak memory, lower is better, within a latency budget", label="peak memory",
 )
 
 
@@ -139,7 +139,7 @@ THROUGHPUT = Objective(
     figures=_SEED_FIGURES,
     headlines={"improvement": "ACCEPT: the candidate has a higher throughput, no worse in quality, and no less "
                               "reliable"},
-    help="tokens per second, higher is better",
+    help="tokens per second, higher is better", label="throughput",
 )
 
 

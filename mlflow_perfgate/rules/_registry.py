@@ -128,6 +128,17 @@ class Objective:
         modes: the modes it answers.
         headlines: the accept headline for each mode.
         help: one line for ``--help`` and the README.
+        label: the metric's name in words, for the plot's axis (``peak memory``); default the metric.
+        measure: how an attempt measures ``metric`` when no attempt logs it by itself:
+            ``measure(workload, facts) -> number | None``, called in the attempt's process after
+            its measured steps and ``quality()``, with the live workload and a read-only mapping
+            of what the attempt measured (``latency_ms``, ``step_times_ms``, ``quality``,
+            ``tokens_per_step``, ``conditions``, ``device``). A comparison on this objective asks
+            every attempt for it and logs it as the attempt run's metric ``metric``; ``None``
+            leaves it out (a successful attempt without it cannot be judged), an exception or a
+            value that is not a finite number > 0 fails the attempt with that reason. ``None``
+            (the default): the figure is one attempts log already (``peak_mem_mib``,
+            ``throughput_tok_s``, ``attempt_wall_s``).
     """
 
     name: str
@@ -141,10 +152,19 @@ class Objective:
     modes: tuple[str, ...] = ("improvement",)
     headlines: Mapping[str, str] = field(default_factory=dict)
     help: str = ""
+    label: str = ""
+    measure: Callable[[Any, Mapping[str, Any]], Any] | None = None
 
     def __post_init__(self):
         if self.direction not in ("lower", "higher"):
             raise ValueError(f"direction must be 'lower' or 'higher', got {self.direction!r}")
+        if self.measure is not None and (not self.metric or not callable(self.measure)):
+            raise ValueError(f"objective {self.name!r}: measure must be a callable, and it needs a metric to log")
+
+    @property
+    def metric_label(self) -> str:
+        """The metric in words (``label``), else its name."""
+        return self.label or self.metric or "latency"
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -172,6 +192,7 @@ class Registry(Mapping):
         self._plugins_loaded = entry_point_group is None
         #: plugin entry points that failed to load, by name: why
         self.plugin_errors: dict[str, str] = {}
+        self._from_plugins: set[str] = set()
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
@@ -194,6 +215,7 @@ class Registry(Mapping):
                 if entry.name != point.name:
                     raise ValueError(f"its entry is named {entry.name!r}")
                 (register_objective if self.kind == "objective" else self.register)(entry)
+                self._from_plugins.add(entry.name)
             except Exception as exc:  # noqa: BLE001 - one broken plugin leaves the others and the built-ins
                 self.plugin_errors[point.name] = f"{type(exc).__name__}: {exc}"
                 warnings.warn(f"mlflow_perfgate: the {self.kind} plugin {point.name!r} ({point.value}, from "
@@ -210,6 +232,12 @@ class Registry(Mapping):
                 f"{self.kind} is registered by installing its package here (entry points "
                 f"{self.entry_point_group!r}) or calling register_{self.kind}")
         return self[name]
+
+    def in_every_process(self, name: str) -> bool:
+        """Whether every process of this installation has the entry: a built-in or an installed plugin's,
+        not one registered by hand here (a fresh interpreter, such as an attempt's child, lacks that)."""
+        self._load_plugins()
+        return name in self._declared or name in self._from_plugins
 
     def declare(self, name: str, target: str, help: str) -> None:
         """A built-in entry at ``module:attribute``, imported when first looked up."""

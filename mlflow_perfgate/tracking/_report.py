@@ -329,7 +329,7 @@ def _plot_spec(objective_name: str) -> tuple | None:
         return None
     metric = objective.metric
     tail = ("p95", "P95") if objective.direction == "lower" else ("p5", "P5")
-    label = {"peak_mem_mib": "peak memory", "throughput_tok_s": "throughput"}.get(metric, metric)
+    label = objective.metric_label
     return (f"{objective.name}.png", label, objective.unit, metric,
             ((f"median_{metric}", "median", "solid"), (f"{tail[0]}_{metric}", tail[1], "dashed")))
 

@@ -47,6 +47,7 @@ from ._failures import system_exit_reason as _exit_reason
 from ._failures import tail as _tail
 from ._failures import timeout_reason as _timeout_reason
 from ._contention import ContentionSampler, summarize_steps
+from ._measures import check_measures, measure_figures
 from ._names import workload_target
 from ._wire import FormatError, read_json, write_json_atomic
 
@@ -178,6 +179,7 @@ class AttemptResult:
     threads_requested: int | None = None
     threads_note: str | None = None
     torch_state: dict | None = None
+    figures: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if type(self.ok) is not bool:
@@ -288,7 +290,7 @@ def interleave(n: int, arms: tuple[str, str] = ("baseline", "candidate")) -> lis
 
 def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, steps: int,
                        threads: int | None, probe: bool, timeout_s: float | None,
-                       memory: bool = True) -> AttemptResult:
+                       memory: bool = True, measures: tuple[str, ...] = ()) -> AttemptResult:
     """Run the attempt here and now; every failure of the workload becomes the result.
 
     The body of both modes: the child process of a supervised attempt calls it too. Whatever
@@ -340,6 +342,11 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
                     fields["quality"] = quality
                 if tokens:
                     fields["throughput_tok_s"] = tokens * 1e3 / fields["latency_ms"]
+                if measures and failure is None:
+                    fields["figures"] = measure_figures(measures, workload, {
+                        "latency_ms": fields["latency_ms"], "step_times_ms": tuple(measured.times_ms),
+                        "quality": fields["quality"], "tokens_per_step": fields["tokens_per_step"],
+                        "conditions": dict(conditions), "device": str(device)})
                 if memory and _can_inspect(workload):
                     record = collect_memory_evidence(workload)
                     fields["memory"] = record
@@ -376,7 +383,7 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
     fields.update(summarize_steps(measured.contention, measured.contention_status))
     if failure is not None:
         # A failed attempt reports no headline figures: they would read as a valid sample.
-        for name in ("latency_ms", "quality", "throughput_tok_s", "uncontended_latency_ms"):
+        for name in ("latency_ms", "quality", "throughput_tok_s", "uncontended_latency_ms", "figures"):
             fields.pop(name, None)
     return AttemptResult(
         ok=failure is None,
@@ -490,7 +497,8 @@ def _resolve_count(name: str, given: int | None, conditions: dict, default: int,
 
 def prepare_spec(workload_name: str, conditions: dict, *, warmup: int | None, steps: int | None,
                  threads: int | None, timeout_s: float, probe: bool, supervised: bool,
-                 import_workload: bool = False, memory: bool = True) -> dict:
+                 import_workload: bool = False, memory: bool = True,
+                 measures: tuple[str, ...] = ()) -> dict:
     """Check the arguments of an attempt and return its spec (what a child needs to run it).
 
     Args:
@@ -519,13 +527,15 @@ def prepare_spec(workload_name: str, conditions: dict, *, warmup: int | None, st
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    measures = check_measures(measures, supervised)
     if supervised:
         try:
             conditions = json.loads(json.dumps(conditions))
         except (TypeError, ValueError) as error:
             raise ValueError(f"conditions must be JSON-serialisable for a supervised attempt: {error}") from error
     return {"workload": workload_name, "conditions": conditions, "warmup": warmup, "steps": steps,
-            "threads": threads, "probe": probe, "memory": bool(memory)}
+            "threads": threads, "probe": probe, "memory": bool(memory),
+            "measures": list(measures)}
 
 
 def caller_threads() -> int:

@@ -64,6 +64,7 @@ def run_spec(spec: dict, result_path: str) -> int:
         result = execute_in_process(
             spec["workload"], spec["conditions"], warmup=spec["warmup"], steps=spec["steps"],
             threads=spec["threads"], probe=spec["probe"], timeout_s=None, memory=spec.get("memory", True),
+            measures=tuple(spec.get("measures", ())),
         )
         write_result(result_path, result)
     return 0

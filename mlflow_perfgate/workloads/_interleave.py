@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 from ._attempt import AttemptResult, interleave, localise_non_finite, prepare_spec, write_result
 from ._failures import can_inspect, describe_exception, tail, timeout_reason
+from ._measures import measure_figures
 from ._contention import ContentionSampler, summarize_steps
 from ._wire import FormatError, read_json, write_json_atomic
 
@@ -105,7 +106,8 @@ class _Arm:
 
 def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int, steps: int,
                         threads: int | None, probe: bool,
-                        timeout_s: float | None, memory: bool = True) -> tuple[AttemptResult, AttemptResult]:
+                        timeout_s: float | None, memory: bool = True,
+                        measures: tuple[str, ...] = ()) -> tuple[AttemptResult, AttemptResult]:
     """Run one attempt of each arm here, their measured steps interleaved; every workload failure is data.
 
     Arm A (``conditions_a``) leads: it is built first, warms up first and takes the first measured
@@ -169,7 +171,7 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
             _measure(arms, steps, deadline, timeout_s)
             for arm in arms:
                 _globals.apply(arm.state or initial)
-                _finish_arm(arm, workload_name, probe, memory)
+                _finish_arm(arm, workload_name, probe, memory, measures)
         finally:
             for arm in arms:
                 if arm.workload is not None and callable(getattr(arm.workload, "close", None)):
@@ -206,7 +208,8 @@ def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeou
             arm.stopped(arm.measured, steps, timeout_s)
 
 
-def _finish_arm(arm: _Arm, workload_name: str, probe: bool, memory: bool = True) -> None:
+def _finish_arm(arm: _Arm, workload_name: str, probe: bool, memory: bool = True,
+                measures: tuple[str, ...] = ()) -> None:
     """An arm's figures after the measured steps: latency, contention, quality, memory, the probe."""
     from ._evidence import collect_memory_evidence
     from ._probe import probe_correctness
@@ -230,6 +233,11 @@ def _finish_arm(arm: _Arm, workload_name: str, probe: bool, memory: bool = True)
             tokens = fields.get("tokens_per_step")
             if tokens:
                 fields["throughput_tok_s"] = tokens * 1e3 / fields["latency_ms"]
+            if measures and arm.alive:
+                fields["figures"] = measure_figures(measures, arm.workload, {
+                    "latency_ms": fields["latency_ms"], "step_times_ms": tuple(measured.times_ms),
+                    "quality": fields["quality"], "tokens_per_step": fields.get("tokens_per_step"),
+                    "conditions": dict(arm.conditions), "device": str(arm.device)})
             if memory and can_inspect(arm.workload):
                 record = collect_memory_evidence(arm.workload)
                 if record["status"] == "measured":
@@ -254,7 +262,7 @@ def _result(arm: _Arm, workload_name: str, warmup: int, steps: int, torch_thread
     fields = dict(arm.fields)
     if arm.failure is not None:
         # A failed attempt reports no headline figures: they would read as a valid sample.
-        for name in ("latency_ms", "quality", "throughput_tok_s", "uncontended_latency_ms"):
+        for name in ("latency_ms", "quality", "throughput_tok_s", "uncontended_latency_ms", "figures"):
             fields.pop(name, None)
     # the threads this arm's own steps ran with (its state re-applied before each), not the pinned count
     fields.update(measured_threads(arm.measured.threads, torch_threads,
@@ -268,7 +276,8 @@ def _result(arm: _Arm, workload_name: str, warmup: int, steps: int, torch_thread
 
 def prepare_interleaved_spec(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int | None,
                              steps: int | None, threads: int | None, timeout_s: float, probe: bool, supervised: bool,
-                             import_workload: bool = True, memory: bool = True) -> dict:
+                             import_workload: bool = True, memory: bool = True,
+                             measures: tuple[str, ...] = ()) -> dict:
     """Check the arguments of a step-interleaved pair of attempts and return the child's spec.
 
     Each arm is checked as :func:`prepare_spec` checks an attempt; both must then resolve to the
@@ -279,7 +288,8 @@ def prepare_interleaved_spec(workload_name: str, conditions_a: dict, conditions_
             ``steps`` differ.
     """
     arguments = dict(warmup=warmup, steps=steps, threads=threads, timeout_s=timeout_s, probe=probe,
-                     supervised=supervised, import_workload=import_workload, memory=memory)
+                     supervised=supervised, import_workload=import_workload, memory=memory,
+                     measures=measures)
     first = prepare_spec(workload_name, conditions_a, **arguments)
     second = prepare_spec(workload_name, conditions_b, **arguments)
     for name in ("warmup", "steps"):
@@ -294,7 +304,8 @@ def run_interleaved_spec(spec: dict, result_path: str) -> int:
     leading arm's to ``result_path`` (what the runner reads as any attempt's result); the exit code."""
     results = execute_interleaved(spec["workload"], spec["conditions"], spec["other_conditions"],
                                   warmup=spec["warmup"], steps=spec["steps"], threads=spec["threads"],
-                                  probe=spec["probe"], timeout_s=None, memory=spec.get("memory", True))
+                                  probe=spec["probe"], timeout_s=None, memory=spec.get("memory", True),
+                                  measures=tuple(spec.get("measures", ())))
     write_json_atomic(spec["pair_result"], {"results": [result.to_dict() for result in results]})
     write_result(result_path, results[0])
     return 0
@@ -338,12 +349,14 @@ def pair_results(lead: AttemptResult, pair_path: str, conditions_a: dict,
 
 def run_pair(run_spec: Callable[[dict, float], AttemptResult], workload_name: str, conditions_a: dict,
              conditions_b: dict, *, warmup: int | None, steps: int | None, threads: int | None, probe: bool,
-             timeout_s: float, import_workload: bool, memory: bool = True) -> tuple[AttemptResult, AttemptResult]:
+             timeout_s: float, import_workload: bool, memory: bool = True,
+             measures: tuple[str, ...] = ()) -> tuple[AttemptResult, AttemptResult]:
     """A runner's step-interleaved pair: the spec, the runner's own way of running a child
     (``run_spec(spec, timeout_s)``, its result the leading arm's), then :func:`pair_results`."""
     spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                                     threads=threads, timeout_s=timeout_s, probe=probe, supervised=True,
-                                    import_workload=import_workload, memory=memory)
+                                    import_workload=import_workload, memory=memory,
+                                    measures=measures)
     with tempfile.TemporaryDirectory(prefix="perfgate-interleaved-") as tmp:
         spec["pair_result"] = str(Path(tmp) / "pair.json")
         lead = run_spec(spec, float(timeout_s))

@@ -28,6 +28,7 @@ def run_attempt(
     probe: bool = True,
     runner: Any = None,
     memory: bool = True,
+    measures: tuple[str, ...] = (),
 ) -> AttemptResult:
     """Run one attempt of a workload under fixed conditions and return what happened.
 
@@ -55,6 +56,9 @@ def run_attempt(
         probe: run the correctness probe.
         memory: collect the memory record (``False``: the result has none; a comparison that
             already holds this arm's CPU estimate carries it, see ``harness``).
+        measures: registered objectives whose attempt figure this attempt measures with their
+            entry's ``measure`` (:class:`~mlflow_perfgate.rules.Objective`), after ``quality()``;
+            the figures are in :attr:`AttemptResult.figures` under each objective's metric.
         runner: for a supervised attempt, what starts its child: an
             :class:`~mlflow_perfgate.workloads.AttemptRunner` (see :func:`attempt_runner`; many
             attempts share its warm server), or a kind, ``"spawn"``, ``"fork"`` or ``"auto"``,
@@ -72,13 +76,14 @@ def run_attempt(
             runner or a kind, or a ``runner`` with ``supervised=False``.
     """
     arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe,
-                 "memory": memory}
+                 "memory": memory, "measures": measures}
     if not supervised:
         if runner is not None:
             raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
         spec = prepare_spec(workload_name, conditions, supervised=False, import_workload=True, **arguments)
         return execute_in_process(spec["workload"], conditions, warmup=spec["warmup"], steps=spec["steps"],
-                                  threads=spec["threads"], probe=probe, timeout_s=timeout_s, memory=memory)
+                                  threads=spec["threads"], probe=probe, timeout_s=timeout_s, memory=memory,
+                                  measures=tuple(measures))
 
     if isinstance(runner, AttemptRunner):
         return runner.run(workload_name, conditions, **arguments)
@@ -102,6 +107,7 @@ def run_interleaved(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     probe: bool = True,
     memory: bool = True,
+    measures: tuple[str, ...] = (),
     runner: Any = None,
 ) -> tuple[AttemptResult, AttemptResult]:
     """Run one attempt of each of two arms in one process, their measured steps interleaved A B B A ...
@@ -113,7 +119,7 @@ def run_interleaved(
         workload_name: the workload both arms build (``"tinylm"`` or ``"module:function"``).
         conditions_a: the leading arm's conditions (built, warmed and measured first).
         conditions_b: the other arm's.
-        warmup, steps, threads, probe, memory: as for :func:`run_attempt` (``memory`` for both
+        warmup, steps, threads, probe, memory, measures: as for :func:`run_attempt` (for both
             arms); ``warmup`` and ``steps`` must resolve to the same counts for both arms.
         supervised: run in a child process of its own (a crash there fails both attempts);
             ``False`` runs here.
@@ -128,14 +134,14 @@ def run_interleaved(
             ``steps`` differ.
     """
     arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe,
-                 "memory": memory}
+                 "memory": memory, "measures": measures}
     if not supervised:
         if runner is not None:
             raise ValueError(f"runner applies to supervised attempts only; got supervised=False and runner={runner!r}")
         spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, supervised=False, **arguments)
         return execute_interleaved(workload_name, conditions_a, conditions_b, warmup=spec["warmup"],
                                    steps=spec["steps"], threads=spec["threads"], probe=probe, timeout_s=timeout_s,
-                                   memory=memory)
+                                   memory=memory, measures=tuple(measures))
 
     if isinstance(runner, AttemptRunner):
         return runner.run_interleaved(workload_name, conditions_a, conditions_b, **arguments)

@@ -96,7 +96,8 @@ class AttemptRunner:
 
     def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
             steps: int | None = None, threads: int | None = None, probe: bool = True,
-            timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True) -> AttemptResult:
+            timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
+            measures: tuple[str, ...] = ()) -> AttemptResult:
         """Run one supervised attempt; the arguments are :func:`run_attempt`'s.
 
         Raises:
@@ -108,7 +109,7 @@ class AttemptRunner:
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
                         probe: bool = True,
                         timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
-                        ) -> tuple[AttemptResult, AttemptResult]:
+                        measures: tuple[str, ...] = ()) -> tuple[AttemptResult, AttemptResult]:
         """Run one attempt of each arm in one supervised child, their measured steps interleaved
         (``_interleave``); the arguments are :func:`run_interleaved`'s. A crash of the child fails both.
 
@@ -190,19 +191,21 @@ class SpawnRunner(AttemptRunner):
 
     def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
             steps: int | None = None, threads: int | None = None, probe: bool = True,
-            timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True) -> AttemptResult:
+            timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
+            measures: tuple[str, ...] = ()) -> AttemptResult:
         spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps, threads=threads,
-                            timeout_s=timeout_s, probe=probe, supervised=True, memory=memory)
+                            timeout_s=timeout_s, probe=probe, supervised=True, memory=memory,
+                            measures=measures)
         return dataclasses.replace(run_spawned(spec, float(timeout_s)), conditions=dict(conditions))
 
     def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
                         probe: bool = True,
                         timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
-                        ) -> tuple[AttemptResult, AttemptResult]:
+                        measures: tuple[str, ...] = ()) -> tuple[AttemptResult, AttemptResult]:
         return run_pair(run_spawned, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                         threads=threads, probe=probe, timeout_s=timeout_s, import_workload=True,
-                        memory=memory)
+                        memory=memory, measures=measures)
 
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         workload_target(workload_name)
@@ -450,10 +453,12 @@ class ForkRunner(AttemptRunner):
 
     def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
             steps: int | None = None, threads: int | None = None, probe: bool = True,
-            timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True) -> AttemptResult:
+            timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
+            measures: tuple[str, ...] = ()) -> AttemptResult:
         spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps,
                             threads=self.default_threads() if threads is None else threads,
-                            timeout_s=timeout_s, probe=probe, supervised=True, memory=memory)
+                            timeout_s=timeout_s, probe=probe, supervised=True, memory=memory,
+                            measures=measures)
         with self._lock:
             result = self._run_spec(spec, float(timeout_s))
         return dataclasses.replace(result, conditions=dict(conditions))
@@ -462,14 +467,15 @@ class ForkRunner(AttemptRunner):
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
                         probe: bool = True,
                         timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
-                        ) -> tuple[AttemptResult, AttemptResult]:
+                        measures: tuple[str, ...] = ()) -> tuple[AttemptResult, AttemptResult]:
         def run_spec(spec: dict, limit: float) -> AttemptResult:
             with self._lock:
                 return self._run_spec(spec, limit)
 
         return run_pair(run_spec, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                         threads=self.default_threads() if threads is None else threads, probe=probe,
-                        timeout_s=timeout_s, import_workload=False, memory=memory)
+                        timeout_s=timeout_s, import_workload=False, memory=memory,
+                        measures=measures)
 
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         """The server's supervised import is the check (:meth:`AttemptRunner.check`)."""
