@@ -166,6 +166,44 @@ def _setting_option(setting, *, prefix: str = ""):
                         help=f"{prefix}{setting.help}, {setting.range_text()} [{setting.default:g}].")
 
 
+#: The sections of a long command's help, by purpose; a parameter named in none is under "Other options".
+_SECTIONS = (
+    ("What to run", ("workload", "sets", "change", "allow_empty", "attempts", "interleave", "steps", "capacity_mib",
+                     "fallback_change", "until_decisive", "max_attempts", "resume", "allow_undecidable", "threads",
+                     "timeout_s", "in_process", "runner", "group", "stale_after")),
+    ("How to decide", ("method", "mode", "objective", "latency", "alpha", "confidence", "margin", "env_mismatch")),
+    ("Thresholds", ()),  # the registries' thresholds: filled when the help is written
+    ("Output", ("experiment", "output_format", "no_progress", "gate")),
+)
+
+
+class SectionedCommand(click.Command):
+    """A command whose options are listed by purpose: what to run, how to decide, thresholds, output."""
+
+    def format_options(self, ctx, formatter):
+        from mlflow_perfgate.rules._registry import threshold_settings
+
+        thresholds = {*threshold_settings(), "extra_thresholds"}
+        rows: dict[str, list] = {title: [] for title, _ in _SECTIONS}
+        rows["Other options"] = []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            title = "Thresholds" if param.name in thresholds else next(
+                (title for title, names in _SECTIONS if param.name in names), "Other options")
+            rows[title].append(record)
+        for title, records in rows.items():
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
+
+
+#: What ``--workload`` takes, in every command that runs one.
+_WORKLOAD_HELP = ("tinylm (the bundled model), a factory module:function taking the conditions, or "
+                  "hf:module:function for a factory of a Hugging Face transformers model.")
+
+
 def decision_options(func):
     """How a decision is made, derived from ``Policy`` and the registries: method, mode, objective,
     the levels, every threshold (the specification's and the objectives'), the environment check."""
@@ -532,7 +570,7 @@ def _cause_text(deferred) -> str:
     return short_error(cause)
 
 
-@cli.command()
+@cli.command(cls=SectionedCommand)
 @click.option("--group", required=True, help="Comparison id to judge.")
 @click.option("--experiment", default=None, help="Experiment name.")
 @decision_options
@@ -752,12 +790,14 @@ _INTERLEAVE = click.option(
          "see the same contention (one attempt per arm per child; its limit is twice --timeout).")
 
 
-@cli.command()
-@click.option("--workload", default="tinylm", show_default=True, help="tinylm, or a factory module:function.")
+@cli.command(cls=SectionedCommand)
+@click.option("--workload", default="tinylm", show_default=True, help=_WORKLOAD_HELP)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
 @click.option("--change", "change", required=True, metavar="KEY=VALUE", help="The one variable the candidate changes.")
 @_ALLOW_EMPTY
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Measured steps per attempt (the condition steps, as --set steps=N; diagnose's --steps too).")
 @click.option("--group", default=None, help="Comparison id (default: a new one).")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
@@ -779,11 +819,16 @@ _INTERLEAVE = click.option(
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
-def compare(workload, sets, change, allow_empty, attempts, group, experiment, timeout_s, threads, in_process, runner,
-            interleave, until_decisive, max_attempts, resume, allow_undecidable, output_format, no_progress,
+def compare(workload, sets, change, allow_empty, attempts, steps, group, experiment, timeout_s, threads, in_process,
+            runner, interleave, until_decisive, max_attempts, resume, allow_undecidable, output_format, no_progress,
             **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     conditions = _conditions(sets, allow_empty)
+    if steps is not None:
+        if conditions.get("steps", str(steps)) != str(steps):
+            raise click.BadParameter(f"--steps {steps} and --set steps={conditions['steps']} disagree: give one",
+                                     param_hint="--steps")
+        conditions["steps"] = str(steps)
     change = parse_assignments((change,), "--change", allow_empty=allow_empty)
     options = collect_policy(kwargs)
     if until_decisive and max_attempts is None:
@@ -801,8 +846,8 @@ def compare(workload, sets, change, allow_empty, attempts, group, experiment, ti
     exit_for(result)
 
 
-@cli.command()
-@click.option("--workload", default="tinylm", show_default=True, help="tinylm, or a factory module:function.")
+@cli.command(cls=SectionedCommand)
+@click.option("--workload", default="tinylm", show_default=True, help=_WORKLOAD_HELP)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
 @_ALLOW_EMPTY
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
@@ -858,8 +903,8 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
     click.echo(f"see it: {report['diagnosis_run_url']}")
 
 
-@cli.command()
-@click.option("--workload", default="tinylm", show_default=True, help="tinylm, or a factory module:function.")
+@cli.command(cls=SectionedCommand)
+@click.option("--workload", default="tinylm", show_default=True, help=_WORKLOAD_HELP)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
 @_ALLOW_EMPTY
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")

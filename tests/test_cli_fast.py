@@ -56,6 +56,7 @@ RECORD = ["record", "--group", "g", "--arm", "baseline"]
     (["compare", "--change", "checkpoint=true", "--alpha", "1.5"], 2, "alpha must be in the range (0, 1)"),
     (["diagnose", "--set", "dtype"], 2, "expected KEY=VALUE"),
     (["pipeline", "--set", "x=", "--margin", "-1"], 2, "'x' has an empty value"),
+    (["compare", "--change", "checkpoint=true", "--steps", "3", "--set", "steps=4"], 2, "--steps 3 and --set steps=4"),
 ])
 def test_help_and_bad_input_answer_before_mlflow_or_torch_is_imported(tmp_path, argv, code, needle):
     outcome, err = _probe(argv, tmp_path)
@@ -174,3 +175,37 @@ def test_from_jsonl_refuses_per_attempt_options(sqlite_uri, tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["record", "--group", "g", "--set", "model=m", "--latency-ms", "3", "--from-jsonl", str(path)])
     assert info.value.code == 2 and "drop --latency-ms" in capsys.readouterr().err
+
+
+def test_long_commands_list_their_options_by_purpose():
+    from click.testing import CliRunner
+
+    from mlflow_perfgate.cli import cli
+
+    for command in ("compare", "pipeline", "evaluate", "diagnose"):
+        text = CliRunner().invoke(cli, [command, "--help"], terminal_width=100).output
+        titles = [line[:-1] for line in text.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+        expected = [t for t in ("What to run", "How to decide", "Thresholds", "Output", "Other options") if t in titles]
+        assert titles[-len(expected):] == expected and "Other options" in titles, (command, titles)
+        listed = text[text.index(f"{expected[0]}:"):]
+        options = [line.split()[0].rstrip(",") for line in listed.splitlines() if line.startswith("  -")]
+        assert len(options) == len(set(options)), command  # each once
+    text = CliRunner().invoke(cli, ["compare", "--help"], terminal_width=100).output
+    run, decide = text.index("What to run:"), text.index("How to decide:")
+    thresholds, output = text.index("Thresholds:"), text.index("Output:")
+    assert run < text.index("--workload") < text.index("--steps") < decide < text.index("--method") < thresholds
+    assert thresholds < text.index("--min-improvement") < text.index("--threshold NAME") < output
+    assert output < text.index("--format") and "hf:module:function" in " ".join(text.split())
+
+
+def test_compare_s_steps_is_the_condition_steps(sqlite_uri):
+    from mlflow_perfgate.cli import main
+
+    with pytest.raises(SystemExit) as exit_code:
+        main(["compare", "--workload", "tinylm", "--set", "input_shape=2,16", "--set", "warmup=0", "--steps", "2",
+              "--change", "checkpoint=true", "--attempts", "1", "--min-valid-runs", "1", "--allow-undecidable",
+              "--in-process", "--no-progress", "--group", "steps-option"])
+    assert exit_code.value.code in (0, 1, 3)
+    runs = MlflowClient().search_runs(["0"], filter_string="tags.`perfgate.kind` = 'attempt'")
+    assert len(runs) == 2 and {r.data.params["steps"] for r in runs} == {"2"}
+    assert all(len(MlflowClient().get_metric_history(r.info.run_id, "step_time_ms")) == 2 for r in runs)

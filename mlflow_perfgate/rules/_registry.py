@@ -296,8 +296,8 @@ METHODS.declare("seed", "mlflow_perfgate.rules._regression:SEED",
 METHODS.declare("robust", "mlflow_perfgate.rules._robust:ROBUST",
                 "one-sided Mann-Whitney U and a Hodges-Lehmann interval of the latency ratio")
 METHODS.declare("paired", "mlflow_perfgate.rules._paired:PAIRED",
-                "Wilcoxon signed-rank test (a t-test below its floor) and Hodges-Lehmann interval on the ABBA "
-                "rounds' latency ratios")
+                "Wilcoxon signed-rank test (it cannot accept below its floor of rounds) and Hodges-Lehmann "
+                "interval on the ABBA rounds' latency ratios")
 #: The objectives by name.
 OBJECTIVES = Registry("objective", "mlflow_perfgate.objectives")
 _ENTRY_TYPES = {"method": Method, "objective": Objective}
