@@ -79,3 +79,21 @@ def test_an_evaluation_overrides_its_verdict_without_touching_the_rule_s():
     assert evaluation.to_dict()["decision"] == decision.verdict  # the record it came from is unchanged
     assert later.to_dict()["messages"] == decision.messages
     assert later.to_dict()["changed_variable"] == "x"
+
+
+def test_the_attempts_view_reads_arm_outcome_round_and_the_judged_figure_first_in_the_arm_s_colour(sqlite_uri):
+    from mlflow_perfgate.tracking._schema import ARM_COLORS
+
+    ids = log_series("rec-view")
+    result = pg.evaluate_group("rec-view", latency="raw")
+    client = MlflowClient()
+    experiment = client.get_experiment(result["experiment_id"])
+    state = json.loads(experiment.tags[f"mlflow.sharedViewState.{result['view_key']}"])
+    assert state["selectedColumns"][:5] == ["tags.`perfgate.arm`", "tags.`perfgate.ok`", "tags.`perfgate.pair`",
+                                            "metrics.`latency_ms`", "metrics.`quality`"]
+    assert state["selectedColumns"][5:] == ["params.`checkpoint`", "tags.`perfgate.failure`"]
+    for run_id in ids:
+        run = client.get_run(run_id)
+        assert run.data.tags[TAG.RUN_COLOR] == ARM_COLORS[run.data.tags[TAG.ARM]]
+    note = client.get_run(result["decision_run_id"]).data.tags[TAG.NOTE]
+    assert note.splitlines()[2].startswith("- reason: `declared_thresholds_checked`")  # why, above the fold

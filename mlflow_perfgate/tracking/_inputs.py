@@ -23,6 +23,7 @@ from ..rules._records import STEP_P10_FRACTION
 from ..rules._stats import nearest_rank, step_quantile
 from ._environment import ENV_TAG_PREFIX, commit_time as git_commit_time, fingerprint
 from ._schema import (
+    ARM_COLORS,
     ARMS,
     KIND_ATTEMPT,
     MAX_KEY_LENGTH,
@@ -322,6 +323,8 @@ def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: 
         TAG.ATTEMPT_ID: attempt_id,
         **_env_tags(environment),
     }
+    if arm in ARM_COLORS:
+        tags[TAG.RUN_COLOR] = ARM_COLORS[arm]
     if parent_run_id is not None:
         if not isinstance(parent_run_id, str) or not parent_run_id.strip():
             raise InputError(f"parent_run_id must be a run id string, got {parent_run_id!r}")

@@ -153,16 +153,22 @@ def decision_markdown(result: dict) -> str:
     """
     decision = result["decision"]
     lines = [f"## {_headline(result)}", ""]
-    lines.append(f"- group: {md.code(result['group'])}")
-    if result.get("view_url"):
-        lines.append(f"- its attempts side by side in the MLflow UI: {result['view_url']} "
-                     "(add `&compareRunsMode=CHART` for charts)")
+    # why first: the run page shows the note's first lines above the fold
+    lines.append(f"- reason: `{result['reason']}`: {md.text(reason_text(result))}")
+    if result.get("failed_checks"):
+        lines.append(f"- failed checks: {', '.join(f'`{c}`' for c in result['failed_checks'])}")
+    if result.get("recommended_attempts"):
+        lines.append(f"- to settle it: about {result['recommended_attempts']} attempts per arm "
+                     "(from the observed dispersion and the decision boundary)")
     if result.get("changed_variable"):
         lines.append(
             f"- changed variable: {md.code(result['changed_variable'])}: "
             f"{md.code(result['baseline_value'])} (baseline) -> {md.code(result['candidate_value'])} (candidate)"
         )
-    lines.append(f"- reason: `{result['reason']}`: {md.text(reason_text(result))}")
+    lines.append(f"- group: {md.code(result['group'])}")
+    if result.get("view_url"):
+        lines.append(f"- its attempts side by side in the MLflow UI: {result['view_url']} "
+                     "(add `&compareRunsMode=CHART` for charts)")
     if result.get("objective"):
         how = (f"- objective: `{result['objective']}`; method: `{result.get('method', 'seed')}`; "
                f"mode: `{result.get('mode', 'improvement')}`")
@@ -174,11 +180,6 @@ def decision_markdown(result: dict) -> str:
     judged = judged_text(result)
     if judged:
         lines.append(f"- judged: {judged}")
-    if result.get("recommended_attempts"):
-        lines.append(f"- to settle it: about {result['recommended_attempts']} attempts per arm "
-                     "(from the observed dispersion and the decision boundary)")
-    if result.get("failed_checks"):
-        lines.append(f"- failed checks: {', '.join(f'`{c}`' for c in result['failed_checks'])}")
     if decision == "blocked_by_correctness":
         lines.append(f"- issues: {md.text(', '.join(result.get('issues', [])) or 'n/a')}")
         lines.append(f"- first failure: {md.code(result.get('first_failure'))}; reproducible: "

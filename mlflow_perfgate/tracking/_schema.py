@@ -51,6 +51,9 @@ __all__ = [
 ]
 
 ARMS = ("baseline", "candidate")
+#: Each arm's colour in the MLflow UI's run list and charts (an attempt's ``mlflow.runColor``), the
+#: colours of its points in the decision's plots (matplotlib's C0 and C1).
+ARM_COLORS = {"baseline": "#1f77b4", "candidate": "#ff7f0e"}
 KIND_ATTEMPT = "attempt"
 KIND_DECISION = "decision"
 KIND_DIAGNOSIS = "diagnosis"
@@ -182,6 +185,8 @@ class TAG:
     PARENT = "mlflow.parentRunId"
     NOTE = "mlflow.note.content"
     RUN_NAME = "mlflow.runName"
+    #: A run's colour in the MLflow UI (its run list and charts): an attempt's is its arm's (``ARM_COLORS``).
+    RUN_COLOR = "mlflow.runColor"
 
     @staticmethod
     def method_decision(method: str) -> str:

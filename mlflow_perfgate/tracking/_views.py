@@ -40,15 +40,15 @@ def _column(kind: str, name: str) -> str | None:
 
 def decision_view(evaluation: Evaluation) -> dict:
     """The view state of a decision's attempts (a JSON-ready dict in the UI's format)."""
-    columns = []
+    # what a person reads first: each attempt's arm, outcome and round, then the figure judged
+    columns = [_column("tags", name) for name in (TAG.ARM, TAG.OK, TAG.PAIR)]
+    objective = evaluation.objective_entry
+    judged = objective.metric if objective is not None and objective.metric else evaluation.policy.latency_key
+    metrics = list(dict.fromkeys([judged, METRIC.LATENCY, METRIC.QUALITY]))
+    columns += [_column("metrics", name) for name in metrics]
     if evaluation.change.variable:
         columns.append(_column("params", evaluation.change.variable))
-    metrics = [METRIC.LATENCY, METRIC.QUALITY]
-    objective = evaluation.objective_entry
-    if objective is not None and objective.metric:
-        metrics.append(objective.metric)
-    columns += [_column("metrics", name) for name in metrics]
-    columns += [_column("tags", name) for name in (TAG.ARM, TAG.OK, TAG.FAILURE, TAG.PAIR)]
+    columns.append(_column("tags", TAG.FAILURE))
     search = f"{group_filter(evaluation.group)} AND tags.\"{TAG.KIND}\" = '{KIND_ATTEMPT}'"
     return {
         "searchFilter": search,
