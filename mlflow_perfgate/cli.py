@@ -271,8 +271,12 @@ def collect_policy(kwargs: dict) -> dict:
     return collected
 
 
-def print_decision(result: dict, output_format: str) -> None:
-    """The report (or the JSON result); for the text format, then the tail: what happened and where to look."""
+def print_decision(result: dict, output_format: str, gate: bool = True) -> None:
+    """The report (or the JSON result); for the text format, then the tail: what happened and where to look.
+
+    ``gate=False`` (``pipeline`` without ``--gate``, which exits 0 whatever the decision) says the code
+    the decision would give as a gate rather than calling it this command's exit code.
+    """
     if output_format == "json":
         click.echo(json.dumps(result, indent=2, default=str))
         return
@@ -280,8 +284,9 @@ def print_decision(result: dict, output_format: str) -> None:
 
     click.echo(result.get("report") or decision_markdown(result))
     click.echo(f"decision run: {result['decision_run_id']}")
-    tail = decision_summary(result)
-    tail[0] += f" (exit code {EXIT_CODES[result['decision']]})"
+    tail = decision_summary(result, ["mlflow-perfgate", *_INVOKED])
+    code = EXIT_CODES[result["decision"]]
+    tail[0] += f" (exit code {code})" if gate else f" (as a gate, exit code {code}; this command exits 0: --gate)"
     click.echo("\n".join(["", *tail]))
 
 
@@ -962,7 +967,7 @@ def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallbac
     value = canonical_value(value)
     source = "fallback (the diagnosis proposed no change)" if outcome["fallback_used"] else "the diagnosis's plan"
     click.echo(f"comparison: {variable}={value} from {source}, objective {outcome['objective']}\n")
-    print_decision(outcome["decision"], "text")
+    print_decision(outcome["decision"], "text", gate=gate or not outcome["decision"].get("decision_run_id"))
     if gate or not outcome["decision"].get("decision_run_id"):
         exit_for(outcome["decision"])
 
@@ -1152,8 +1157,13 @@ def demo(experiment, no_log):
     print_decision(result, "text")
 
 
+#: The arguments of this process's command, as typed (a rerun's next step repeats them).
+_INVOKED: list[str] = []
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: click in non-standalone mode so usage errors are one line with exit code 2."""
+    _INVOKED[:] = list(sys.argv[1:] if argv is None else argv)
     try:
         cli.main(args=argv, prog_name="mlflow-perfgate", standalone_mode=False)
     except click.exceptions.Exit as exc:

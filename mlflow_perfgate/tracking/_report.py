@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import statistics
 import tempfile
 from pathlib import Path
@@ -249,13 +250,71 @@ def contention_lines(result: dict) -> list[str]:
     return lines
 
 
-def decision_summary(result: dict) -> list[str]:
+#: More attempts per arm than this to settle a rerun: the effect is below what this machine resolves at
+#: the noise it showed (a comparison of that size takes hours, and the noise would be the machine's).
+RESOLVABLE_ATTEMPTS = 200
+
+
+def _without(command: list[str], flags: dict[str, int]) -> list[str]:
+    """``command`` without the options in ``flags`` (name -> how many values follow it, ``--x=v`` too)."""
+    kept, skip = [], 0
+    for word in command:
+        if skip:
+            skip -= 1
+            continue
+        name = word.split("=", 1)[0]
+        if name in flags:
+            skip = 0 if "=" in word else flags[name]
+            continue
+        kept.append(word)
+    return kept
+
+
+def next_step(result: dict, command: list[str] | None = None) -> str | None:
+    """What to do about a rerun, in one line (``None`` for another verdict).
+
+    A rerun that more attempts would likely settle gets the command to run: ``command`` (the
+    comparison's own, as typed) as a new comparison with ``--until-decisive`` and the attempts it
+    needs as its cap (a new group: adding looks to a group decided at one look would be optional
+    stopping). One that needs more than :data:`RESOLVABLE_ATTEMPTS` per arm is said to be below what
+    this machine resolves at this noise, with what cuts the noise.
+    """
+    if result.get("decision") != "rerun":
+        return None
+    reason, group = result.get("reason"), result.get("group", "")
+    if reason == "attempts_in_progress":
+        return f"next: evaluate again when they end: mlflow-perfgate evaluate --group {shlex.quote(group)}"
+    if reason == "attempts_not_synced":
+        return f"next: mlflow-perfgate sync, then mlflow-perfgate evaluate --group {shlex.quote(group)}"
+    if reason == "contention":
+        return ("next: run it on a quieter machine, or judge a figure a neighbour disturbs less "
+                "(--interleave steps --latency p10)")
+    needed = result.get("recommended_attempts")
+    if isinstance(needed, (int, float)) and needed > RESOLVABLE_ATTEMPTS:
+        return (f"next: about {needed:.0f} attempts per arm would be needed: the effect is below what this machine "
+                "resolves at this noise; cut the noise (--interleave steps --method paired --latency p10, a quieter "
+                "machine) or accept that this change cannot be told apart here")
+    if not isinstance(needed, (int, float)) or needed < 1:
+        return "next: add attempts (a new comparison with more --attempts, or --until-decisive)"
+    if command and len(command) > 1 and command[1] in ("compare", "pipeline"):
+        base = _without(command, {"--group": 1, "--resume": 0, "--until-decisive": 0, "--max-attempts": 1})
+        return "next: " + shlex.join([*base, "--until-decisive", "--max-attempts", str(int(math.ceil(needed)))])
+    return (f"next: the same comparison, as a new group, with --until-decisive --max-attempts "
+            f"{int(math.ceil(needed))}")
+
+
+def decision_summary(result: dict, command: list[str] | None = None) -> list[str]:
     """The tail of a long command: the decision, its reason in words, and where to look.
+
+    Args:
+        result: the decision (``evaluate_group``'s or ``compare``'s).
+        command: the command that made it, as typed (``["mlflow-perfgate", "compare", ...]``): a
+            rerun's next step is that command with what it needs.
 
     Returns:
         Lines: the headline; the reason; each failed (or undecided) check's message, or for a
-        rerun the attempts per arm that would likely settle it; the experiment and the decision
-        run; the link (``decision_run_url``) to open.
+        rerun the attempts per arm that would likely settle it and the next step
+        (:func:`next_step`); the experiment and the decision run; the link (``decision_run_url``).
     """
     lines = [f"decision: {_headline(result)}"]
     reason = result["reason"]
@@ -272,6 +331,9 @@ def decision_summary(result: dict) -> list[str]:
         lines.append(f"why: {reason_text(result)} ({reason})")
     if result["decision"] == "rerun" and result.get("recommended_attempts"):
         lines.append(f"  about {result['recommended_attempts']} attempts per arm would likely settle it")
+    step = next_step(result, command)
+    if step:
+        lines.append(step)
     if result.get("decision_run_id"):
         lines.append(f"experiment {result.get('experiment_id')}, decision run {result['decision_run_id']}")
     if result.get("decision_run_url"):
