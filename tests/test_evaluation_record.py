@@ -97,3 +97,29 @@ def test_the_attempts_view_reads_arm_outcome_round_and_the_judged_figure_first_i
         assert run.data.tags[TAG.RUN_COLOR] == ARM_COLORS[run.data.tags[TAG.ARM]]
     note = client.get_run(result["decision_run_id"]).data.tags[TAG.NOTE]
     assert note.splitlines()[2].startswith("- reason: `declared_thresholds_checked`")  # why, above the fold
+
+
+def test_the_project_run_a_decision_nests_under_carries_its_verdict_in_its_name(sqlite_uri):
+    client = MlflowClient()
+    project = client.create_run("0", run_name="painted-owl-7", tags={"mlflow.project.entryPoint": "main"})
+    ids = log_series("rec-project")
+    for run_id in ids:
+        client.set_tag(run_id, TAG.PARENT, project.info.run_id)
+    result = pg.evaluate_group("rec-project")
+    assert result["decision"] == "accept"
+    assert client.get_run(project.info.run_id).info.run_name == "painted-owl-7: ACCEPT"  # seen in the run list
+    # a run of ours is never renamed for a decision under it (a comparison run is named by its own)
+    assert client.get_run(result["decision_run_id"]).info.run_name.endswith(": ACCEPT")
+
+
+def test_a_comparison_under_a_project_run_names_it_after_its_verdict(sqlite_uri):
+    from mlflow_perfgate.harness import compare
+
+    client = MlflowClient()
+    project = client.create_run("0", run_name="main-job", tags={"mlflow.project.entryPoint": "main"}).info.run_id
+    result = compare("tinylm", {"input_shape": "2,16", "steps": 2, "warmup": 0}, {"checkpoint": True}, attempts=2,
+                     min_valid_runs=2, supervised=False, progress=False, parent_run_id=project,
+                     allow_undecidable=True)
+    verdict = result["decision"].upper().replace("_", " ")
+    assert client.get_run(project).info.run_name == f"main-job: {verdict}"
+    assert client.get_run(result["decision_run_id"]).data.tags[TAG.PARENT] == project

@@ -322,8 +322,8 @@ def write_decision(mlflow_client, run_id: str, evaluation: Evaluation) -> dict:
         metrics = [Metric(key, value, now, 0) for key, value in summary_metrics(evaluation).items()]
         try:
             tags = _tags(evaluation, _report.reason_text(result), note)
-            name = _client.retrying(lambda: mlflow_client.get_run(run_id)).info.run_name
-            tags[TAG.RUN_NAME] = verdict_name(name, evaluation.verdict)
+            run = _client.retrying(lambda: mlflow_client.get_run(run_id))
+            tags[TAG.RUN_NAME] = verdict_name(run.info.run_name, evaluation.verdict)
             _client.log_batch(mlflow_client, run_id, params=_params(evaluation), metrics=metrics, tags=tags)
             _report.log_artifacts(mlflow_client, run_id, result, folder)
         except BaseException:
@@ -331,7 +331,20 @@ def write_decision(mlflow_client, run_id: str, evaluation: Evaluation) -> dict:
                 mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
             raise
     _client.retrying(lambda: mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED)))
+    _name_project_run(mlflow_client, run.data.tags.get(TAG.PARENT), evaluation.verdict)
     return result
+
+
+def _name_project_run(mlflow_client, parent_run_id: str | None, verdict: str) -> None:
+    """The verdict at the end of the name of the run the decision nests under when that run is not
+    ours (the project run of ``mlflow run``): the UI's run list shows its children collapsed, so the
+    verdict is seen without a click. Its latest decision's verdict; best effort (a name is no evidence)."""
+    if not parent_run_id:
+        return
+    with contextlib.suppress(Exception):
+        parent = _client.retrying(lambda: mlflow_client.get_run(parent_run_id))
+        if TAG.KIND not in parent.data.tags:
+            mlflow_client.set_tag(parent_run_id, TAG.RUN_NAME, verdict_name(parent.info.run_name, verdict))
 
 
 #: Re-parenting writes one tag per attempt; against a server they go this many at a time.
