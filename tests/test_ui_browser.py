@@ -292,6 +292,22 @@ def test_decision_and_its_nested_attempts_render_in_the_mlflow_ui(decision_serve
     assert {name.split("-")[0] for name in attempts.values()} == {"baseline", "candidate"}
     not_indented = {run_id: row for run_id, row in shown.items() if not row["indent"] > 0}
     assert not not_indented, f"attempt rows not indented under the decision run: {not_indented}"
+    # the verdict is in the decision row's name, and each attempt is drawn in its arm's colour
+    assert f"decision {GROUP}: ACCEPT" in browser.evaluate(
+        f"document.querySelector({json.dumps(_row(decision_id))}).innerText")
+    colours = browser.evaluate(
+        f"""(() => {{
+            const out = {{}};
+            for (const id of Object.keys({json.dumps(attempts)})) {{
+                const row = document.querySelector(`.ag-pinned-left-cols-container [role="row"][row-id="${{id}}"]`);
+                out[id] = [...row.querySelectorAll('*')].map(e => getComputedStyle(e).backgroundColor)
+                    .filter(c => c && c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent');
+            }}
+            return out;
+        }})()""")
+    wanted = {"baseline": "rgb(31, 119, 180)", "candidate": "rgb(255, 127, 14)"}
+    for run_id, name in attempts.items():
+        assert wanted[name.split("-")[0]] in colours[run_id], (name, colours[run_id])
 
     # (b) the decision run's page renders the note (mlflow.note.content) as markdown
     browser.goto(f"{url}/#/experiments/{experiment_id}/runs/{decision_id}")
