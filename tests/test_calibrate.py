@@ -339,3 +339,14 @@ def test_calibrate_text_output(sqlite_uri, capsys):
     assert rows["p10"][1] == "step_p10_ms" and rows["raw"][1] == "latency_ms"
     assert any(line.startswith("advice: ") for line in lines)
     assert lines[-2].startswith("calibration run: ") and lines[-1].startswith("see it: ")
+
+
+def test_the_readme_s_calibrate_command_is_the_one_compare_rounds_auto_asks_for(sqlite_uri, capsys):
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Calibrate: how many rounds this machine needs", 1)[1].split("\n#", 1)[0]
+    block, = [b for b in section.split("```bash\n")[1:]]
+    calibrate_line, compare_line = block.split("```", 1)[0].replace("\\\n", " ").strip().splitlines()
+    # the README's comparison, as written, in a store without a calibration: refused before anything runs
+    code, _, err = run_cli(capsys, *shlex.split(compare_line)[1:], "--no-progress")
+    assert code == 2 and f"run `{calibrate_line}` first" in err, err
+    assert MlflowClient().search_runs(["0"]) == []
