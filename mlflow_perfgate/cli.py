@@ -168,10 +168,12 @@ def _setting_option(setting, *, prefix: str = ""):
 
 #: The sections of a long command's help, by purpose; a parameter named in none is under "Other options".
 _SECTIONS = (
-    ("What to run", ("workload", "sets", "change", "allow_empty", "attempts", "interleave", "steps", "capacity_mib",
+    ("What to run", ("workload", "sets", "change", "allow_empty", "attempts", "rounds", "interleave", "steps",
+                     "warmup", "capacity_mib",
                      "fallback_change", "until_decisive", "max_attempts", "resume", "allow_undecidable", "threads",
                      "timeout_s", "in_process", "runner", "group", "stale_after")),
-    ("How to decide", ("method", "mode", "objective", "latency", "alpha", "confidence", "margin", "env_mismatch")),
+    ("How to decide", ("method", "mode", "objective", "latency", "alpha", "confidence", "margin", "env_mismatch",
+                       "power", "effects")),
     ("Thresholds", ()),  # the registries' thresholds: filled when the help is written
     ("Output", ("experiment", "output_format", "no_progress", "gate")),
 )
@@ -803,6 +805,11 @@ _INTERLEAVE = click.option(
 @click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")
 @click.option("--steps", type=click.IntRange(min=1), default=None,
               help="Measured steps per attempt (the condition steps, as --set steps=N; diagnose's --steps too).")
+@click.option("--rounds", default=None, metavar="N|auto",
+              help="ABBA rounds, one attempt per arm each: the same as --attempts N. auto: the rounds the latest "
+                   "calibration of this workload, conditions, threads and host calls for (mlflow-perfgate calibrate), "
+                   "for the policy's min improvement (or margin) at its alpha with power 0.8; needs --method paired "
+                   "--interleave steps.")
 @click.option("--group", default=None, help="Comparison id (default: a new one).")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
@@ -824,8 +831,8 @@ _INTERLEAVE = click.option(
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
-def compare(workload, sets, change, allow_empty, attempts, steps, group, experiment, timeout_s, threads, in_process,
-            runner, interleave, until_decisive, max_attempts, resume, allow_undecidable, output_format, no_progress,
+def compare(workload, sets, change, allow_empty, attempts, steps, rounds, group, experiment, timeout_s, threads,
+            in_process, runner, interleave, until_decisive, max_attempts, resume, allow_undecidable, output_format, no_progress,
             **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     conditions = _conditions(sets, allow_empty)
@@ -836,7 +843,9 @@ def compare(workload, sets, change, allow_empty, attempts, steps, group, experim
         conditions["steps"] = str(steps)
     change = parse_assignments((change,), "--change", allow_empty=allow_empty)
     options = collect_policy(kwargs)
-    if until_decisive and max_attempts is None:
+    if rounds is not None:
+        attempts = _rounds_option(rounds)
+    if until_decisive and max_attempts is None and attempts != "auto":  # auto: 4 times the rounds it plans
         max_attempts = 4 * attempts
     from mlflow_perfgate.harness import compare as run_compare
 
@@ -849,6 +858,96 @@ def compare(workload, sets, change, allow_empty, attempts, steps, group, experim
     )
     print_decision(result, output_format)
     exit_for(result)
+
+
+def _rounds_option(text: str) -> int | str:
+    """``--rounds``: ``auto`` or a positive integer; refused beside an ``--attempts`` given too."""
+    from click.core import ParameterSource
+
+    if click.get_current_context().get_parameter_source("attempts") is not ParameterSource.DEFAULT:
+        raise click.UsageError("give --rounds or --attempts, not both (a round is one attempt per arm)")
+    value = text.strip().lower()
+    if value == "auto":
+        return "auto"
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise click.BadParameter(f"expected a positive integer or auto, got {text!r}", param_hint="--rounds")
+
+
+@cli.command(cls=SectionedCommand)
+@click.option("--workload", default="tinylm", show_default=True, help=_WORKLOAD_HELP)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="A fixed condition of both arms; repeat for each (as compare's --set).")
+@_ALLOW_EMPTY
+@click.option("--rounds", type=click.IntRange(min=2), default=10, show_default=True,
+              help="Identical-arm rounds: one child each, both arms the same conditions, their steps interleaved.")
+@click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Measured steps of each arm in a round (the condition steps; compare's --steps must match).")
+@click.option("--warmup", type=click.IntRange(min=0), default=None,
+              help="Warm-up steps of each arm (the condition warmup) [the workload's: TinyLM 2].")
+@click.option("--mode", type=click.Choice(("improvement", "non_regression")), default="improvement", show_default=True,
+              help="The question the advice is for: improvement (is it faster by --effect?) or non_regression (is it "
+                   "no slower than --effect?).")
+@click.option("--alpha", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=None,
+              help="One-sided level of the paired method's test [0.02].")
+@click.option("--confidence", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=None,
+              help="Confidence of its interval, which non_regression mode plans for [0.9].")
+@click.option("--power", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.8,
+              show_default=True, help="The chance to detect the effect that the rounds are planned for.")
+@click.option("--effect", "effects", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), multiple=True,
+              metavar="FRACTION", help="An effect to plan the rounds for (0.05: 5% faster, or a 5% margin); repeat "
+                                       "for each; the first is the advice's [0.02, 0.05, 0.1].")
+@click.option("--latency", type=click.Choice(("raw", "p10", "fastest", "uncontended")), default="p10",
+              show_default=True, help="The figure the advice is about (the table shows every figure).")
+@click.option("--experiment", default=None, help="Experiment name (created if missing).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Per-attempt wall-clock limit, seconds (a round's child gets twice this).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads in every round.")
+@click.option("--in-process", is_flag=True, help="Run the rounds in this process.")
+@click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
+              help="What starts each round's child (see compare --help).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@guarded
+def calibrate(workload, sets, allow_empty, rounds, steps, warmup, mode, alpha, confidence, power, effects, latency,
+              experiment, timeout_s, threads, in_process, runner, output_format, no_progress):
+    """Measure this machine's noise for a workload now: identical-arm rounds, the spread of each figure,
+    the smallest effect the paired method detects and the rounds it needs; logs a calibration run,
+    which compare --rounds auto reads.
+    """
+    conditions = _conditions(sets, allow_empty)
+    from mlflow_perfgate.calibrate import DEFAULT_EFFECTS
+    from mlflow_perfgate.calibrate import calibrate as run_calibrate
+
+    summary = run_calibrate(workload, conditions, rounds=rounds, steps=steps, warmup=warmup, mode=mode, alpha=alpha,
+                            confidence=confidence, power=power, effects=effects or DEFAULT_EFFECTS, latency=latency,
+                            experiment_name=experiment, supervised=not in_process, runner=runner,
+                            timeout_s=timeout_s, threads=threads, progress=not no_progress,
+                            parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None)
+    if summary["failed_rounds"]:
+        reasons = sorted({arm["failure"] for r in summary["rounds"] for arm in (r["baseline"], r["candidate"])
+                          if arm["failure"]})
+        click.echo(f"warning: {summary['failed_rounds']} of {rounds} rounds failed and are left out: "
+                   f"{'; '.join(reasons)[:300]}", err=True)
+    if output_format == "json":
+        click.echo(json.dumps(summary, indent=2, default=str))
+        return
+    from mlflow_perfgate.calibrate import calibration_table
+
+    header, rows = calibration_table(summary)
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    line = lambda cells: "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()  # noqa: E731
+    steps_text = summary["conditions"].get("steps", "?")
+    click.echo(f"calibration of {workload}: {summary['complete_rounds']} of {rounds} identical-arm rounds complete, "
+               f"{steps_text} measured steps per arm, both arms' steps interleaved in one child per round")
+    click.echo(f"test: {summary['test']['test']}")
+    click.echo("spread: 1.4826 MAD of the rounds' log ratios of the two arms (sd: their standard deviation); "
+               f"speedup at n: the smallest effect detected at n rounds with power {power:g}\n")
+    for cells in (header, *rows):
+        click.echo(line(cells))
+    click.echo(f"\nadvice: {summary['advice']}")
+    click.echo(f"calibration run: {summary['calibration_run_id']}")
+    click.echo(f"see it: {summary['calibration_run_url']}")
 
 
 @cli.command(cls=SectionedCommand)

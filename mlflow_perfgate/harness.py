@@ -29,6 +29,9 @@ __all__ = [
     "DEFAULT_CONDITIONS",
     "INTERLEAVE_MODES",
     "pipeline",
+    "auto_rounds",
+    "calibrate_command",
+    "calibration_identity",
     "compare",
     "diagnose",
     "candidate_change_for",
@@ -413,7 +416,7 @@ def compare(
     conditions: dict,
     change: dict,
     *,
-    attempts: int = 5,
+    attempts: int | str = 5,
     group: str | None = None,
     experiment_name: str | None = None,
     objective: str | None = None,
@@ -439,7 +442,11 @@ def compare(
         conditions: the fixed conditions (TinyLM fills in the specification's baseline for the
             ones not given); ``warmup`` and ``steps`` are conditions too.
         change: ``{variable: candidate_value}``, exactly one variable.
-        attempts: attempts per arm (before any extra looks).
+        attempts: attempts per arm (before any extra looks): one per arm in each ABBA round, so
+            also the rounds. ``"auto"``: the rounds the latest calibration of this workload, its
+            conditions and this host calls for (:func:`auto_rounds`; ``mlflow-perfgate calibrate``),
+            for the paired method with ``interleave="steps"``; with ``until_decisive`` and no
+            ``max_attempts``, 4 times those.
         group: the comparison id (default: a new one).
         objective: ``latency`` (default), ``memory`` or ``throughput``.
         supervised: each attempt in a child process (a crash, hang or kill is a failed attempt).
@@ -471,7 +478,8 @@ def compare(
         **evaluate_kwargs: thresholds and options for ``evaluate_group``.
 
     Returns:
-        ``evaluate_group``'s result, with ``comparison_run_id``.
+        ``evaluate_group``'s result, with ``comparison_run_id`` (and ``rounds_auto``, the plan
+        :func:`auto_rounds` made, when ``attempts="auto"``).
     """
     plan = _plan_comparison(workload, conditions, change, attempts=attempts, group=group,
                             experiment_name=experiment_name, objective=objective, supervised=supervised,
@@ -509,6 +517,8 @@ class _Plan:
     progress: bool
     on_attempt: Callable[[str, Any], None] | None
     evaluate_kwargs: dict
+    #: ``attempts="auto"``: the plan :func:`auto_rounds` made from a calibration (its tags go on the comparison run).
+    calibration: dict | None = None
 
     @property
     def most(self) -> int:
@@ -531,24 +541,35 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
     Raises:
         InputError, PolicyError, SingleVariableError: see :func:`compare`.
     """
-    if type(attempts) is not int or attempts < 1:
-        raise InputError(f"attempts must be a positive integer, got {attempts!r}")
-    if until_decisive and (type(max_attempts) is not int or max_attempts < attempts):
+    auto = attempts == "auto"
+    if not auto and (type(attempts) is not int or attempts < 1):
+        raise InputError(f"attempts must be a positive integer or 'auto', got {attempts!r}")
+    if until_decisive and not auto and (type(max_attempts) is not int or max_attempts < attempts):
         raise InputError(f"max_attempts must be an integer >= attempts ({attempts}), got {max_attempts!r}")
     objective = objective or "latency"
     policy_options = {k: v for k, v in evaluate_kwargs.items() if k != "env_mismatch"}
     policy = rules.Policy(objective=objective, **policy_options)  # every option checked before anything runs
-    base = _base_conditions(workload, conditions, attempts)
+    base = _base_conditions(workload, conditions, 1 if auto else attempts)
     if isinstance(change, dict) and len(change) == 1:  # why steps cannot share a process, before the fixed keys
         _check_interleave(interleave, str(next(iter(change))), base, objective, supervised, runner)
     require_fixed_conditions(base)
     variable, value = _validated_change(base, change, hypothesis)
     _check_interleave(interleave, variable, base, objective, supervised, runner)
     _check_measure(objective, supervised)
+    calibration = None
+    if auto:  # the last check: the store is read only once everything else is known good
+        calibration = auto_rounds(workload, base, policy, interleave=interleave, threads=rest.get("threads"),
+                                  experiment_name=rest.get("experiment_name"), given=conditions)
+        attempts = base["repeats"] = calibration["rounds"]
+        if until_decisive:
+            max_attempts = 4 * attempts if max_attempts is None else max_attempts
+            if type(max_attempts) is not int or max_attempts < attempts:
+                raise InputError(f"max_attempts must be an integer >= the {attempts} rounds --rounds auto planned, "
+                                 f"got {max_attempts!r}")
     return _Plan(workload=workload, base=base, candidate={**base, variable: value}, variable=variable,
                  objective=objective, policy=policy, attempts=attempts, until_decisive=until_decisive,
                  max_attempts=max_attempts, interleave=interleave, supervised=supervised, runner=runner,
-                 evaluate_kwargs=dict(evaluate_kwargs), **rest)
+                 evaluate_kwargs=dict(evaluate_kwargs), calibration=calibration, **rest)
 
 
 def _check_measure(objective: str, supervised: bool) -> None:
@@ -650,10 +671,18 @@ class _Comparison:
         if plan.resume and held["attempts"]:
             end_left_running(group, plan.experiment_name, who)
         if plan.resume and held["comparison_run_id"]:
-            return held["comparison_run_id"]
-        return start_comparison(group, plan.base, plan.variable, objective=plan.objective,
-                                experiment_name=plan.experiment_name, workload=plan.workload,
-                                parent_run_id=plan.parent_run_id, interleave=plan.interleave)
+            run_id = held["comparison_run_id"]
+        else:
+            run_id = start_comparison(group, plan.base, plan.variable, objective=plan.objective,
+                                      experiment_name=plan.experiment_name, workload=plan.workload,
+                                      parent_run_id=plan.parent_run_id, interleave=plan.interleave)
+        if plan.calibration is not None:  # which calibration planned its rounds, and how
+            from .tracking import TAG, tag_run
+
+            tag_run(run_id, {TAG.CALIBRATION_RUN: plan.calibration["calibration_run_id"],
+                             TAG.CALIBRATION_AGE: str(int(plan.calibration["age_s"])),
+                             TAG.ROUNDS_AUTO: plan.calibration["text"]})
+        return run_id
 
     # -- rounds -------------------------------------------------------------------------------
 
@@ -808,6 +837,8 @@ class _Comparison:
         finally:
             self.close()
         result["comparison_run_id"] = self.comparison_id
+        if self.plan.calibration is not None:
+            result["rounds_auto"] = dict(self.plan.calibration)
         return result
 
 
@@ -1041,6 +1072,125 @@ def compare_command(workload: str, plan: dict, attempts: int, experiment_name: s
     if experiment_name:
         parts += ["--experiment", experiment_name]
     return shlex.join(parts)
+
+
+# --- calibration: what a calibration is valid for, and the rounds compare --rounds auto runs --------
+
+#: The environment fingerprint's keys a calibration is valid for (``tracking._environment``): all
+#: but the git revision (the code under test changes with it, the machine's noise does not) and the
+#: mlflow version; the GPU's name and the threads asked for are added beside them.
+CALIBRATION_FINGERPRINT = ("host", "cpu_model", "cpu_count", "python", "torch")
+
+
+def calibration_identity(workload: str, base: dict, threads: int | None) -> dict:
+    """What a calibration is valid for, the same for ``calibrate`` and ``compare --rounds auto``.
+
+    The workload, its conditions as the attempts' params hold them (canonical strings) but
+    ``repeats`` (a comparison's planned size), with ``warmup`` and ``steps`` as the attempts run
+    them (the workloads' defaults, 2 and 10, where not given), the torch threads asked for
+    (``default``: the caller's count), and this host's :data:`CALIBRATION_FINGERPRINT` and GPU.
+    ``tracking._calibration.calibration_key`` is its digest.
+    """
+    from .tracking import canonical_value
+    from .tracking._environment import fingerprint
+    from .workloads._attempt import DEFAULT_STEPS, DEFAULT_WARMUP
+
+    conditions = {key: value for key, value in base.items() if key != "repeats"}
+    conditions.setdefault("warmup", DEFAULT_WARMUP)
+    conditions.setdefault("steps", DEFAULT_STEPS)
+    env = fingerprint({"gpu_name": _gpu_name(base)})
+    return {"workload": workload,
+            "conditions": {str(key): canonical_value(value, key=str(key)) for key, value in conditions.items()},
+            "threads": "default" if threads is None else str(threads),
+            **{key: env[key] for key in (*CALIBRATION_FINGERPRINT, "gpu_name")}}
+
+
+def calibrate_command(workload: str, given: dict, base: dict, *, threads: int | None = None,
+                      experiment_name: str | None = None, latency: str | None = None) -> str:
+    """The exact ``mlflow-perfgate calibrate`` command whose calibration a comparison of ``base`` would find.
+
+    ``given`` are the conditions the user gave (TinyLM fills in the rest as it does for the
+    comparison); ``warmup`` and ``steps`` are the comparison's, as ``--warmup`` and ``--steps``.
+    """
+    from .tracking import canonical_value
+    from .workloads._attempt import DEFAULT_STEPS, DEFAULT_WARMUP
+
+    parts = ["mlflow-perfgate", "calibrate", "--workload", workload]
+    for key, value in given.items():
+        if key not in ("steps", "warmup", "repeats"):
+            parts += ["--set", f"{key}={_cli_value(canonical_value(value))}"]
+    parts += ["--steps", canonical_value(base.get("steps", DEFAULT_STEPS)),
+              "--warmup", canonical_value(base.get("warmup", DEFAULT_WARMUP))]
+    if threads is not None:
+        parts += ["--threads", str(threads)]
+    if latency is not None:
+        parts += ["--latency", latency]
+    if experiment_name:
+        parts += ["--experiment", experiment_name]
+    return shlex.join(parts)
+
+
+def auto_rounds(workload: str, base: dict, policy: Any, *, interleave: str, threads: int | None = None,
+                experiment_name: str | None = None, given: dict | None = None, power: float = 0.8,
+                now: float | None = None) -> dict:
+    """The rounds ``compare --rounds auto`` runs, from the latest calibration of this workload here.
+
+    The calibration is the latest FINISHED calibration run in the experiment whose
+    :func:`calibration_identity` is the comparison's (one search on its digest); its spread of
+    the figure the policy judges (``policy.latency_key``) gives the rounds the paired method's test
+    needs for the policy's smallest effect (``min_improvement``, or ``margin`` in non_regression
+    mode) at its alpha with ``power`` (``rules._calibration.auto_rounds``: at least the method's
+    floor, at most ``MAX_AUTO_ROUNDS``, which is said). What it used is printed on stderr.
+
+    Returns:
+        ``{"rounds", "needed", "capped", "calibration_run_id", "age_s", "latency", "figure",
+        "spread", "calibration_rounds", "effect", "effect_name", "power", "test", "text"}``.
+
+    Raises:
+        InputError: the method is not ``paired`` or the interleaving not ``steps`` (a calibration
+            measures step-interleaved rounds' ratios, which only the paired method judges), no
+            calibration was found (the message holds the exact ``calibrate`` command that makes
+            one), or the one found lacks the judged figure.
+    """
+    from .rules._calibration import MAX_AUTO_ROUNDS, MAX_ROUNDS, age_text
+    from .rules._calibration import auto_rounds as plan_rounds
+    from .tracking._calibration import latest_calibration
+
+    if policy.method != "paired":
+        raise InputError(f"--rounds auto plans the rounds of the paired method's test (a calibration measures the "
+                         f"within-round ratios only it judges), got method {policy.method!r}: pass --method paired "
+                         "--interleave steps, or give the rounds (--rounds N)")
+    if interleave != "steps":
+        raise InputError(f"--rounds auto plans from a calibration's step-interleaved rounds, got interleave "
+                         f"{interleave!r}: pass --interleave steps, or give the rounds (--rounds N)")
+    identity = calibration_identity(workload, base, threads)
+    command = calibrate_command(workload, base if given is None else given, base, threads=threads,
+                                experiment_name=experiment_name, latency=policy.latency)
+    record = latest_calibration(identity, experiment_name=experiment_name)
+    where = f"experiment {experiment_name!r}" if experiment_name else "the default experiment"
+    if record is None:
+        raise InputError(f"--rounds auto found no calibration of {workload!r} with these conditions and threads on "
+                         f"this host ({identity['host']}) in {where}: run `{command}` first (its identical-arm rounds "
+                         "measure this machine's noise now), or give the rounds (--rounds N)")
+    figure = policy.latency_key
+    spread, count = record.spread(figure), record.rounds(figure)
+    if spread is None or count < 2:
+        raise InputError(f"calibration {record.run_id} holds no spread of {figure} (the {policy.latency} latency: "
+                         f"{count} of its rounds have it in both arms): choose another --latency, or calibrate "
+                         f"again: `{command}`")
+    plan = plan_rounds(spread, policy, power=power)
+    age = record.age_s(now)
+    text = (f"{plan['rounds']} rounds from calibration {record.run_id} ({age_text(age)} old): {figure} spread "
+            f"{spread:.2%} over {count} identical-arm rounds; {plan['test']['test']}: {plan['needed']}"
+            f"{'+' if plan['needed'] >= MAX_ROUNDS else ''} rounds for a {plan['effect'] * 100:.3g}% {plan['effect_name']}")
+    if plan["capped"]:
+        text += (f", capped at {MAX_AUTO_ROUNDS}: these rounds detect a {plan['detectable_at_rounds']:.2%} effect "
+                 "with that power (a quieter machine, --threads 1 or more steps lower the spread)")
+    print(f"rounds auto: {text}", file=sys.stderr)
+    return {"rounds": plan["rounds"], "needed": plan["needed"], "capped": plan["capped"],
+            "calibration_run_id": record.run_id, "age_s": age, "latency": policy.latency, "figure": figure,
+            "spread": spread, "calibration_rounds": count, "effect": plan["effect"],
+            "effect_name": plan["effect_name"], "power": power, "test": plan["test"]["test"], "text": text}
 
 
 def _cli_value(text: str) -> str:

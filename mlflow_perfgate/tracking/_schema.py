@@ -33,11 +33,13 @@ __all__ = [
     "arm_metric",
     "fit",
     "KIND_ATTEMPT",
+    "KIND_CALIBRATION",
     "KIND_DECISION",
     "KIND_DIAGNOSIS",
     "KIND_COMPARISON",
     "KIND_HISTORY",
     "KIND_SUITE",
+    "CALIBRATION_FORMAT",
     "HISTORY_FORMAT",
     "SUITE_FORMAT",
     "VIEW_STATE_PREFIX",
@@ -62,6 +64,8 @@ KIND_COMPARISON = "comparison"
 KIND_SUITE = "suite"
 #: A history: a benchmark's series over revisions, its change points.
 KIND_HISTORY = "history"
+#: A calibration: identical-arm rounds of a workload on a host, the spread of each figure and the advice.
+KIND_CALIBRATION = "calibration"
 
 # MLflow's own limits (mlflow.utils.validation); values beyond them are refused here, never
 # truncated by MLflow.
@@ -180,6 +184,18 @@ class TAG:
     NODE = "perfgate.node"
     #: On a comparison run dispatched to a Ray cluster: the host name of that node.
     NODE_HOST = "perfgate.node_host"
+    #: On a calibration run: a digest of what it calibrated (the workload, its conditions but
+    #: ``repeats``, the torch threads asked for, and the host's fingerprint but the git revision and
+    #: the mlflow version); ``compare --rounds auto`` finds the latest one by it.
+    CALIBRATION_KEY = "perfgate.calibration_key"
+    #: On a calibration run: the test its figures are for, in words, and its one line of advice.
+    CALIBRATION_TEST = "perfgate.calibration_test"
+    CALIBRATION_ADVICE = "perfgate.calibration_advice"
+    #: On a comparison run of ``compare --rounds auto``: the calibration run it planned from, that
+    #: calibration's age when it was read (seconds), and the plan in words.
+    CALIBRATION_RUN = "perfgate.calibration_run"
+    CALIBRATION_AGE = "perfgate.calibration_age_s"
+    ROUNDS_AUTO = "perfgate.rounds_auto"
     #: prefix of the environment fingerprint's tags (``perfgate.env.<key>``)
     ENV_PREFIX = "perfgate.env."
     PARENT = "mlflow.parentRunId"
@@ -195,7 +211,7 @@ class TAG:
 
 
 class METRIC:
-    """Metric keys of an attempt run."""
+    """Metric keys of an attempt run (and of a calibration run, below ``STEP_ORDER``)."""
 
     LATENCY = "latency_ms"
     QUALITY = "quality"
@@ -230,6 +246,30 @@ class METRIC:
     #: History of a step-interleaved attempt: each measured step's position in its shared child's
     #: sequence of both arms' steps (A B B A ...).
     STEP_ORDER = "step_order"
+    #: A calibration run's rounds: asked for, complete (both arms succeeded), failed.
+    ROUNDS = "rounds"
+    COMPLETE_ROUNDS = "complete_rounds"
+    FAILED_ROUNDS = "failed_rounds"
+    #: A calibration run's advice for its ``--latency`` figure: the rounds its first ``--effect``
+    #: needs, and the smallest effect detectable at the rounds it ran.
+    ADVISED_ROUNDS = "advised_rounds"
+    DETECTABLE_EFFECT = "detectable_effect"
+
+    @staticmethod
+    def calibration_spread(key: str) -> str:
+        """A calibration run's spread of a figure's within-round log ratios (1.4826 MAD):
+        ``spread_step_p10_ms``."""
+        return f"spread_{key}"
+
+    @staticmethod
+    def calibration_sd(key: str) -> str:
+        """A calibration run's sample standard deviation of a figure's log ratios: ``sd_step_p10_ms``."""
+        return f"sd_{key}"
+
+    @staticmethod
+    def calibration_rounds(key: str) -> str:
+        """A calibration run's count of rounds holding a figure in both arms: ``rounds_step_p10_ms``."""
+        return f"rounds_{key}"
 
 
 class PARAM:
@@ -276,6 +316,8 @@ DECISION_FORMAT = 1
 SUITE_FORMAT = 1
 #: Format version of a history run's ``history.json``. History: 1 (its first release).
 HISTORY_FORMAT = 1
+#: Format version of a calibration run's ``calibration.json``. History: 1 (its first release).
+CALIBRATION_FORMAT = 1
 #: The experiment tag prefix the MLflow UI reads a shared view state from (MLflow 3.17's
 #: ``mlflow.sharedViewState.<key>``, for the experiment page's ``?viewStateShareKey=<key>``).
 VIEW_STATE_PREFIX = "mlflow.sharedViewState."
