@@ -193,9 +193,10 @@ def test_long_commands_list_their_options_by_purpose():
     text = CliRunner().invoke(cli, ["compare", "--help"], terminal_width=100).output
     run, decide = text.index("What to run:"), text.index("How to decide:")
     thresholds, output = text.index("Thresholds:"), text.index("Output:")
-    assert run < text.index("--workload") < text.index("--steps") < decide < text.index("--method") < thresholds
-    assert thresholds < text.index("--min-improvement") < text.index("--threshold NAME") < output
-    assert output < text.index("--format") and "hf:module:function" in " ".join(text.split())
+    at = lambda option: text.index(f"\n  {option}")  # noqa: E731 - where the option's own line is
+    assert run < at("--workload") < at("--steps") < decide < at("--method") < thresholds
+    assert thresholds < at("--min-improvement") < at("--threshold NAME") < output
+    assert output < at("--format") and "hf:module:function" in " ".join(text.split())
 
 
 def test_compare_s_steps_is_the_condition_steps(sqlite_uri):
