@@ -47,7 +47,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["MARKER", "Outcome"]
+__all__ = ["MARKER", "Outcome", "declaration", "declares"]
 
 #: The marker that declares a comparison, and the fixture that reads its outcome.
 MARKER = "perfgate"
@@ -99,6 +99,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if problem:  # one line now, not a failure of every comparison later
         raise pytest.UsageError(f"{'--perfgate-tracking-uri' if uri is not None else 'MLFLOW_TRACKING_URI'}: {problem}")
     gate = _Gate(config)
+    from .rules._errors import PerfgateError
+    from .suite import parse_suite
+
+    try:  # the suite's own settings, checked by its parser (a recorded group stands in for the entries)
+        parse_suite({"suite": {**gate.head(), "groups": ["-"]}}, source="--perfgate options")
+    except PerfgateError as exc:
+        raise pytest.UsageError(str(exc)) from None
     config.stash[_GATE] = gate
     config.pluginmanager.register(gate, "mlflow_perfgate_gate")
 
@@ -399,7 +406,8 @@ class _Gate:
                 else:
                     os.environ["PYTHONPATH"] = saved
 
-    def _head(self) -> dict:
+    def head(self) -> dict:
+        """The suite file's ``[suite]`` table the options give."""
         head = {"name": self.suite_name, "experiment": self.config.getoption("perfgate_experiment"),
                 "alpha": self.config.getoption("perfgate_alpha"), "control": self.config.getoption("perfgate_control")}
         return {key: value for key, value in head.items() if value is not None}
@@ -414,7 +422,7 @@ class _Gate:
             source = f"@pytest.mark.{MARKER}"
             try:
                 entry = {"name": nodeid, "group": f"{self.suite_name}/{self.session}/{nodeid}", **declaration(item)}
-                parse_suite({"suite": self._head(), "entry": [entry]}, source=source)
+                parse_suite({"suite": self.head(), "entry": [entry]}, source=source)
             except (PerfgateError, ValueError) as exc:
                 message = str(exc)
                 for prefix in (f"{source}: [[entry]] 1 ({nodeid}): ", f"{source}: "):
@@ -427,7 +435,7 @@ class _Gate:
     def _run(self, entries: list[dict]) -> None:
         from .suite import parse_suite, run
 
-        spec = parse_suite({"suite": self._head(), "entry": entries}, source=f"@pytest.mark.{MARKER}")
+        spec = parse_suite({"suite": self.head(), "entry": entries}, source=f"@pytest.mark.{MARKER}")
         self._say(f"perfgate: running {len(entries)} comparison{'s' if len(entries) > 1 else ''} as suite "
                   f"{spec.name!r} (groups {spec.name}/{self.session}/...)")
         verbose = self.config.get_verbosity() > 0

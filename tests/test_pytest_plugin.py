@@ -276,6 +276,9 @@ def test_a_store_that_cannot_be_reached_fails_every_comparison_and_a_bad_uri_is_
     result = pytester.runpytest_subprocess("--perfgate", "--perfgate-tracking-uri", "sqllite:///x.db", str(folder))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--perfgate-tracking-uri:" in result.stderr.str() and "sqllite" in result.stderr.str()
+    result = pytester.runpytest_subprocess("--perfgate", "--perfgate-alpha", "0.7", str(folder))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--perfgate options: alpha must be in the range (0, 0.3], got 0.7" in result.stderr.str()
 
 
 @pytest.mark.slow
