@@ -331,7 +331,7 @@ def cli():
 
 
 _RECORD_FIELDS = ("group", "arm", "set", "latency_ms", "quality", "failure", "validity", "metrics", "env",
-                  "attempt_id", "parent_run_id", "experiment", "commit_time", "step_times_ms")
+                  "attempt_id", "parent_run_id", "experiment", "commit_time", "step_times_ms", "pair")
 
 
 def _commit_time(value, where: str) -> float | None:
@@ -386,6 +386,17 @@ def _numbers(items: dict, where: str) -> dict:
 DERIVED_ID_PREFIX = "jsonl-"
 
 
+def _pair(value, where: str) -> int | None:
+    """An attempt's ABBA round: an integer >= 0 (JSON's ``3``, or ``"3"`` from a shell), or ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if type(value) is int and value >= 0:
+        return value
+    raise click.BadParameter(f"'pair' is the attempt's round, an integer >= 0; got {value!r}", param_hint=where)
+
+
 def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
     """The attempts of a JSON-lines file (``-``: stdin), each checked: ``record``'s options as fields.
 
@@ -401,7 +412,8 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
     except OSError as exc:
         raise click.BadParameter(f"cannot read {source!r}: {exc.strerror}", param_hint="--from-jsonl") from None
     attempts = []
-    digest = hashlib.sha256(json.dumps({key: value for key, value in defaults.items() if key != "allow_empty"},
+    digest = hashlib.sha256(json.dumps({key: value for key, value in defaults.items()
+                                       if key != "allow_empty" and not (key == "pair" and value is None)},
                                        sort_keys=True, default=str).encode())
     with handle if source != "-" else contextlib.nullcontext(handle):
         for number, line in enumerate(handle, 1):
@@ -448,7 +460,7 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
                 derived="attempt_id" not in item, parent_run_id=item.get("parent_run_id", defaults["parent_run_id"]),
                 experiment_name=item.get("experiment", defaults["experiment"]),
                 commit_time=_commit_time(item.get("commit_time", defaults["commit_time"]), where),
-                step_times_ms=item.get("step_times_ms"),
+                step_times_ms=item.get("step_times_ms"), pair=_pair(item.get("pair", defaults.get("pair")), where),
             ))
     if not attempts:
         raise click.BadParameter(f"{source!r} holds no attempt", param_hint="--from-jsonl")
@@ -481,6 +493,9 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
 @click.option("--env", "environment", multiple=True, metavar="KEY=VALUE",
               help="A fingerprint key to add or override (torch_threads=2, gpu_name=...).")
 @click.option("--attempt-id", default=None, help="A unique id: a retried record with the same id counts once.")
+@click.option("--pair", default=None, type=click.IntRange(min=0), metavar="ROUND",
+              help="The attempt's ABBA round (0, 1, ...): a baseline and a candidate of one round are compared "
+                   "with each other by --method paired.")
 @click.option("--parent-run-id", default=None, help="A comparison run to nest the attempt under [$MLFLOW_RUN_ID].")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @click.option("--commit-time", default=None, metavar="TIME",
@@ -497,7 +512,7 @@ def _jsonl_attempts(source: str, defaults: dict) -> list[dict]:
                    "twice. Once the server is found down, every remaining line waits in the journal for sync.")
 @guarded
 def record(group, arm, conditions, condition_list, allow_empty, latency_ms, quality, failure, validity, metrics,
-           environment, attempt_id, parent_run_id, experiment, commit_time, from_jsonl):
+           environment, attempt_id, pair, parent_run_id, experiment, commit_time, from_jsonl):
     """Log attempts from a shell (a workload not written in Python); prints each run id."""
     if condition_list:
         conditions = conditions + tuple(item for item in condition_list.split(";") if item.strip())
@@ -512,6 +527,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
         attempts = _jsonl_attempts(from_jsonl, {"group": group, "arm": arm, "conditions": parsed,
                                                 "parent_run_id": parent_run_id, "experiment": experiment,
                                                 "commit_time": commit_time, "allow_empty": allow_empty,
+                                                "pair": pair,
                                                 "environment": parse_assignments(environment, "--env")})
     else:
         for name, value in (("--group", group), ("--arm", arm)):
@@ -524,7 +540,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
                                                                           "--metric") or None,
             environment=parse_assignments(environment, "--env") or None, attempt_id=attempt_id, derived=False,
             parent_run_id=parent_run_id, experiment_name=experiment,
-            commit_time=_commit_time(commit_time, "--commit-time"),
+            commit_time=_commit_time(commit_time, "--commit-time"), pair=pair,
         )]
     from mlflow_perfgate.errors import InputError
     from mlflow_perfgate.tracking._inputs import check_attempt

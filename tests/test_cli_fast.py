@@ -116,6 +116,8 @@ def test_record_from_jsonl_logs_every_line_in_one_call(sqlite_uri, tmp_path, cap
     (json.dumps({"arm": "candidate", "latency_ms": -1, "quality": 1}), "--from-jsonl line 2: latency_ms must be > 0"),
     (json.dumps({"arm": "sideways", "latency_ms": 1, "quality": 1}), "--from-jsonl line 2: arm must be one of"),
     (json.dumps({"arm": "candidate", "latncy_ms": 1}), "unknown fields ['latncy_ms']"),
+    (json.dumps({"arm": "candidate", "pair": -1, "latency_ms": 1, "quality": 1}), "'pair' is the attempt's round"),
+    (json.dumps({"arm": "candidate", "pair": 1.5, "latency_ms": 1, "quality": 1}), "'pair' is the attempt's round"),
     # found by a hostile run: the parent was checked only when its line was written, after the others
     (json.dumps({"arm": "baseline", "latency_ms": 100, "quality": 0.9, "parent_run_id": "0123456789abcdef" * 2}),
      "parent run '0123456789abcdef0123456789abcdef' does not exist in this tracking store"),
@@ -210,3 +212,26 @@ def test_compare_s_steps_is_the_condition_steps(sqlite_uri):
     runs = MlflowClient().search_runs(["0"], filter_string="tags.`perfgate.kind` = 'attempt'")
     assert len(runs) == 2 and {r.data.params["steps"] for r in runs} == {"2"}
     assert all(len(MlflowClient().get_metric_history(r.info.run_id, "step_time_ms")) == 2 for r in runs)
+
+
+def test_record_takes_rounds_and_step_times_and_the_latency_is_their_median(sqlite_uri, tmp_path, capsys):
+    from mlflow_perfgate.cli import main
+
+    path = tmp_path / "rounds.jsonl"
+    path.write_text(_lines({"arm": "baseline", "pair": 0, "step_times_ms": [10.0, 12.0, 11.0], "quality": 1},
+                           {"arm": "candidate", "pair": "0", "set": {"checkpoint": "true"},
+                            "step_times_ms": [9.0, 8.0, 8.5, 30.0], "quality": 1}))
+    with pytest.raises(SystemExit) as info:
+        main(["record", "--group", "rounds", "--set", "model=TinyLM", "--set", "checkpoint=false", "--from-jsonl",
+              str(path)])
+    assert info.value.code == 0
+    runs = [MlflowClient().get_run(run_id) for run_id in capsys.readouterr().out.split()]
+    assert [run.data.tags["perfgate.pair"] for run in runs] == ["0", "0"]
+    assert [run.data.metrics["latency_ms"] for run in runs] == [11.0, 8.75]
+    assert [run.data.metrics["step_p10_ms"] > 0 for run in runs] == [True, True]
+    with pytest.raises(SystemExit) as info:
+        main(["record", "--group", "rounds", "--arm", "baseline", "--set", "model=TinyLM", "--set",
+              "checkpoint=false", "--pair", "1", "--latency-ms", "10", "--quality", "1"])
+    assert info.value.code == 0
+    run = MlflowClient().get_run(capsys.readouterr().out.split()[-1])
+    assert run.data.tags["perfgate.pair"] == "1"

@@ -108,11 +108,18 @@ def test_the_journal_knows_one_server_under_two_spellings(proxied, monkeypatch):
 
 # 3. the CI recipe from two worktrees --------------------------------------------------------------
 
-def _readme_recipe() -> str:
+def _readme_recipe() -> list[str]:
+    """The scripts of the recipe's record, gate and "faster?" steps, as the README has them."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    block = text.split("- name: Record interleaved attempts of base and head", 1)[1]
-    script = block.split("run: |\n", 1)[1].split("      - name:", 1)[0]
-    return textwrap.dedent(script)
+    block = text.split("- name: Record interleaved rounds of base and head", 1)[1]
+    scripts = []
+    for name in ("Record", "Gate", "Faster"):
+        if name != "Record":
+            block = block.split(f'- name: "{name}', 1)[1]
+        step = block.split("run:", 1)[1].split("      - ", 1)[0]
+        step = step.split("|\n", 1)[1] if step.startswith(" |\n") else step.strip() + "\n"
+        scripts.append(textwrap.dedent(step))
+    return scripts
 
 
 @pytest.mark.slow
@@ -120,7 +127,7 @@ def test_the_readme_ci_recipe_runs_as_written_from_two_worktrees(tmp_path):
     repo = tmp_path / "work" / "project"
     repo.mkdir(parents=True)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
-    bench = "import sys\nprint({ms})\n"
+    bench = "import json\nprint(json.dumps([{ms} + 0.01 * i for i in range(30)]))\n"  # 30 steps' times, ms
     subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
     (repo / "bench.py").write_text(bench.format(ms=100.0))
     subprocess.run([*git, "add", "."], cwd=repo, check=True)
@@ -130,20 +137,32 @@ def test_the_readme_ci_recipe_runs_as_written_from_two_worktrees(tmp_path):
     subprocess.run([*git, "commit", "-qam", "head: faster"], cwd=repo, check=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     bin_dir = Path(sys.executable).parent
+    # the job's env, as the recipe sets it (GROUP, MLFLOW_TRACKING_URI) and GitHub gives it (the rest)
     env = {**os.environ, "BASE": base, "HEAD": head, "GROUP": "pr-7-1", "GITHUB_WORKSPACE": str(repo),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{repo}/mlflow.db",
            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    completed = subprocess.run(["bash", "-euo", "pipefail", "-c", _readme_recipe()], cwd=repo, env=env,
-                               capture_output=True, text=True, timeout=900)
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    record, gate_step, faster_step = _readme_recipe()
+    outputs = []
+    for script in (record, gate_step, faster_step):
+        completed = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=repo, env=env,
+                                   capture_output=True, text=True, timeout=900)
+        assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+        outputs.append(completed.stdout)
+    assert "## ACCEPT: the candidate is no slower" in outputs[1]  # not slower?
+    assert "## ACCEPT: the candidate is faster" in outputs[2]  # faster?
     gate = subprocess.run([str(bin_dir / "mlflow-perfgate"), "evaluate", "--group", "pr-7-1", "--method", "robust",
                            "--mode", "non_regression", "--margin", "0.05", "--format", "json"],
-                          cwd=repo, env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{repo}/mlflow.db"},
-                          capture_output=True, text=True, timeout=300)
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     result = json.loads(gate.stdout)
     assert gate.returncode == 0 and result["decision"] == "accept", gate.stderr
     assert result["changed_variable"] == "revision"
     assert result["baseline"]["attempted_runs"] == result["candidate"]["attempted_runs"] == 10
+    paired = [json.loads(line) for line in (repo / "attempts.jsonl").read_text().splitlines()]
+    assert sorted(item["pair"] for item in paired) == sorted(2 * list(range(10)))
+    store = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    decided = [run.data.tags for run in store.search_runs(["0"], "tags.`perfgate.kind` = 'decision'")]
+    assert sorted((tags["perfgate.method"], tags["perfgate.mode"], tags["perfgate.latency"]) for tags in decided) == [
+        ("paired", "improvement", "p10"), ("paired", "non_regression", "p10"), ("robust", "non_regression", "raw")]
 
 
 # 4. torn lines and a full disk --------------------------------------------------------------------

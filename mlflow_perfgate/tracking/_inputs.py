@@ -12,6 +12,7 @@ import json
 import math
 import posixpath
 import re
+import statistics
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -201,11 +202,19 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
     if type(ok) is not bool:
         raise InputError(f"ok must be True or False, got {ok!r}")
     result = _Result(ok=ok)
+    if step_times_ms is not None:
+        if isinstance(step_times_ms, (str, bytes, dict, set, frozenset)) or not hasattr(step_times_ms, "__iter__"):
+            raise InputError("step_times_ms must be a sequence of the measured steps' times in ms, in order, got "
+                             f"{type(step_times_ms).__name__}")
+        result.step_times_ms = [_real(v, "step_times_ms", positive=True) for v in step_times_ms]
+    if ok and latency_ms is None and result.step_times_ms:
+        latency_ms = statistics.median(result.step_times_ms)  # the typical measured step, as the harness logs it
     if ok:
         if failure is not None:
             raise InputError("an ok attempt cannot have a failure reason; pass ok=False")
         if latency_ms is None or quality is None:
-            raise InputError("an ok attempt needs latency_ms (finite, > 0) and quality (finite)")
+            raise InputError("an ok attempt needs latency_ms (finite, > 0; default the median of step_times_ms) "
+                             "and quality (finite)")
     else:
         if not isinstance(failure, str) or not failure.strip():
             raise InputError("a failed attempt (ok=False) needs a non-empty failure reason")
@@ -225,11 +234,6 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
                                     positive=key in (METRIC.UNCONTENDED_LATENCY, METRIC.FASTEST_STEP,
                                                      METRIC.STEP_P10, METRIC.STEP_MEAN, METRIC.STEP_P95))
     result.histories = _check_histories(histories, result.metrics)
-    if step_times_ms is not None:
-        if isinstance(step_times_ms, (str, bytes, dict, set, frozenset)) or not hasattr(step_times_ms, "__iter__"):
-            raise InputError("step_times_ms must be a sequence of the measured steps' times in ms, in order, got "
-                             f"{type(step_times_ms).__name__}")
-        result.step_times_ms = [_real(v, "step_times_ms", positive=True) for v in step_times_ms]
     if ok and result.step_times_ms:  # what latency="fastest" judges, from the steps themselves
         fastest, slowest = min(result.step_times_ms), max(result.step_times_ms)
         latency = result.metrics[METRIC.LATENCY]
