@@ -136,3 +136,19 @@ def test_compare_in_process_judges_a_figure_measured_by_an_objective_registered_
     assert figures == {"baseline": 3.0, "candidate": 2.0}
     run = MlflowClient().get_run(result["attempts"][0]["run_id"])
     assert run.data.metrics["depth_x_figure"] in (2.0, 3.0)
+
+
+def test_numpy_and_torch_scalars_are_numbers_and_a_tensor_of_many_is_refused(objective):
+    import torch
+
+    for answer, expected in ((np.int64(3), 3.0), (torch.tensor(2.5), 2.5), (np.array(4.0), 4.0)):
+        name = objective(f"scalar_{int(expected * 10)}", answer)
+        result = run_attempt("tinylm", TINY, supervised=False, probe=False, measures=(name,))
+        assert result.ok and result.figures == {f"{name}_figure": expected}
+        assert type(result.figures[f"{name}_figure"]) is float
+    name = objective("many_x", torch.tensor([1.0, 2.0]))
+    result = run_attempt("tinylm", TINY, supervised=False, probe=False, measures=(name,))
+    assert not result.ok and "the many_x objective's measure returned tensor([1., 2.])" in result.failure
+    name = objective("flag_x", np.True_)
+    result = run_attempt("tinylm", TINY, supervised=False, probe=False, measures=(name,))
+    assert not result.ok and "returned True" in result.failure

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Iterable
 
 from ..rules._registry import OBJECTIVES
+from ..rules._scalars import to_python
 
 __all__ = ["check_measures", "measure_figures"]
 
@@ -58,8 +59,7 @@ def measure_figures(measures: Iterable[str], workload: Any, facts: dict) -> dict
             raise RuntimeError(f"the {name} objective's measure failed: {type(error).__name__}: {error}") from error
         if value is None:
             continue
-        if hasattr(value, "item") and not isinstance(value, (int, float)):
-            value = value.item()  # a numpy or torch scalar
+        value = to_python(value)  # a numpy or torch scalar as the number it holds
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
             raise RuntimeError(f"the {name} objective's measure returned {value!r} for {entry.metric}; it must be a "
                                "finite number > 0, or None")
