@@ -121,8 +121,9 @@ class Evaluation:
 
     @property
     def method(self) -> str:
-        """The method that decided: the rule's own (a paired request without rounds is judged by robust)."""
-        return self.decision.method if self.judged.by_rule else self.policy.method
+        """The method that decided: the rule's own (a paired request without rounds is judged by robust);
+        the policy's for the evaluator's own answers (``judge_views`` gives them the policy's method)."""
+        return self.decision.method
 
     @property
     def method_entry(self):

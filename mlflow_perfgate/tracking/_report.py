@@ -373,16 +373,19 @@ class _PlotInputs(NamedTuple):
     @classmethod
     def of(cls, result) -> "_PlotInputs":
         if isinstance(result, Mapping):
-            variable = result.get("changed_variable")
-            labels = {arm: f"{variable}={result.get(f'{arm}_value')}\n({arm})" if variable else arm for arm in ARMS}
+            labels = _arm_labels(result.get("changed_variable"), {arm: result.get(f"{arm}_value") for arm in ARMS})
             return cls(result["group"], result["decision"], result.get("objective", "latency"),
                        result.get("latency", "raw"), list(result.get("attempts", [])),
                        {arm: result.get(arm) or {} for arm in ARMS}, labels)
         change = result.change
-        values = {"baseline": change.baseline_value, "candidate": change.candidate_value}
-        labels = {arm: f"{change.variable}={values[arm]}\n({arm})" if change.variable else arm for arm in ARMS}
+        labels = _arm_labels(change.variable, {"baseline": change.baseline_value, "candidate": change.candidate_value})
         return cls(result.group, result.verdict, result.objective, result.policy.latency, list(result.attempts),
                    {arm: result.arm(arm) for arm in ARMS}, labels)
+
+
+def _arm_labels(variable: str | None, values: dict) -> dict:
+    """Each arm's x-axis label: the changed variable's value in it (``checkpoint=false``), then the arm."""
+    return {arm: f"{variable}={values[arm]}\n({arm})" if variable else arm for arm in ARMS}
 
 
 def _plot_spec(objective_name: str) -> tuple | None:
