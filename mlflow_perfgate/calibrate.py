@@ -88,7 +88,7 @@ def calibrate(
         horizons: the numbers of rounds at which the smallest detectable effect is reported.
         experiment_name: where the calibration run goes (created if missing).
         supervised, runner, timeout_s, threads: as for ``compare`` (a round's child is limited to
-            twice ``timeout_s``).
+            twice ``timeout_s``; ``threads`` defaults to 1, as ``compare``'s).
         progress: a progress bar on stderr.
         parent_run_id: a run to nest the calibration run under.
 
@@ -119,6 +119,8 @@ def calibrate(
     horizons = tuple(sorted({_positive_int(n, "horizon") for n in horizons}))
     if threads is not None:
         _positive_int(threads, "threads")
+    else:  # compare's default, so that its --rounds auto finds this calibration
+        threads = harness.RECOMMENDED["threads"]
     if not (isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and timeout_s > 0
             and math.isfinite(timeout_s)):
         raise InputError(f"timeout_s must be a finite number > 0, got {timeout_s!r}")

@@ -140,6 +140,26 @@ class OptionalFloat(click.ParamType):
 from mlflow_perfgate.rules._registry import METHODS as _METHODS  # noqa: E402 - light: entries load when read
 
 
+class OrDefault(click.ParamType):
+    """Another type's value, or the command's default (``None``) when given as an empty string: how an
+    MLproject parameter (``default: ""``) leaves a setting to the configuration the command chooses."""
+
+    def __init__(self, inner):
+        self.inner = click.types.convert_type(inner)
+        self.name = self.inner.name
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            return None
+        return self.inner.convert(value, param, ctx)
+
+    def get_metavar(self, *args, **kwargs):
+        return self.inner.get_metavar(*args, **kwargs)
+
+    def shell_complete(self, ctx, param, incomplete):
+        return self.inner.shell_complete(ctx, param, incomplete)
+
+
 class RegistryChoice(click.Choice):
     """The names of a registry (methods, objectives, plugins' too), read when the option is parsed;
     ``keep(entry)`` leaves out the entries an option cannot take."""
@@ -169,6 +189,7 @@ def _setting_option(setting, *, prefix: str = ""):
 #: The sections of a long command's help, by purpose; a parameter named in none is under "Other options".
 _SECTIONS = (
     ("What to run", ("workload", "sets", "change", "allow_empty", "attempts", "rounds", "interleave", "steps",
+                     "comparison_steps",
                      "warmup", "capacity_mib",
                      "fallback_change", "until_decisive", "max_attempts", "resume", "allow_undecidable", "threads",
                      "timeout_s", "in_process", "runner", "group", "stale_after")),
@@ -206,29 +227,42 @@ _WORKLOAD_HELP = ("tinylm (the bundled model), a factory module:function taking 
                   "hf:module:function for a factory of a Hugging Face transformers model.")
 
 
-def decision_options(func):
+def decision_options(func=None, *, configured: bool = False):
     """How a decision is made, derived from ``Policy`` and the registries: method, mode, objective,
-    the levels, every threshold (the specification's and the objectives'), the environment check."""
+    the levels, every threshold (the specification's and the objectives'), the environment check.
+
+    ``configured``: a command that runs its attempts (``compare``, ``pipeline``), whose method and
+    latency default to the recommended configuration (``harness.configure``); else (``evaluate``)
+    the specification's rule on the raw figure, as recorded attempts may carry no rounds or steps.
+    """
+    if func is None:
+        return lambda f: decision_options(f, configured=configured)
     from mlflow_perfgate.rules._policy import LATENCIES, MODES, POLICY_SETTINGS
     from mlflow_perfgate.rules._registry import METHODS, OBJECTIVES, threshold_settings
 
     methods = "; ".join(f"{name}: {METHODS.help(name)}" for name in METHODS)
     objectives = "; ".join(f"{name}: {OBJECTIVES.help(name)}" for name in OBJECTIVES)
+    method_default = ("[default: paired where it judges the objective (latency), else seed, the specification's "
+                      "rule, exact]" if configured else "")
+    latency_default = "[default: p10; raw with --method seed]" if configured else ""
     options = [
-        click.option("--method", type=RegistryChoice(METHODS), default="seed", show_default=True,
-                     help=f"How to decide ({methods})."),
+        click.option("--method", type=OrDefault(RegistryChoice(METHODS)) if configured else RegistryChoice(METHODS),
+                     default=None if configured else "seed",
+                     show_default=not configured, help=f"How to decide ({methods}). {method_default}".rstrip()),
         click.option("--mode", type=click.Choice(MODES), default="improvement", show_default=True,
                      help="improvement: must be faster; non_regression: may not be slower than --margin."),
         click.option("--objective", type=RegistryChoice(OBJECTIVES), default=None,
                      help=f"What to judge on ({objectives}) [the comparison run's objective, else latency]."),
-        click.option("--latency", type=click.Choice(LATENCIES), default="raw", show_default=True,
+        click.option("--latency", type=OrDefault(click.Choice(LATENCIES)) if configured else click.Choice(LATENCIES),
+                     default=None if configured else "raw",
+                     show_default=not configured,
                      help="Which latency of each attempt is judged: raw (the median of every measured step), "
                           "uncontended (the median of its steps that barely waited for a CPU, where it has one; "
                           "rerun with reason contention when more than half of an arm's attempts have none) or "
                           "fastest (its fastest measured step: what a busy neighbour disturbs least) or p10 (the "
                           "10th percentile of its measured steps, Harrell-Davis: the fastest few averaged, "
-                          "steadier than the fastest one; with 30 steps a round, the suite's choice on a busy "
-                          "machine)."),
+                          "steadier than the fastest one; with 30 steps a round, the recommended figure on a "
+                          f"busy machine). {latency_default}".rstrip()),
         *(_setting_option(setting) for setting in POLICY_SETTINGS),
         *(_setting_option(setting) for setting in threshold_settings().values()),
         click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
@@ -807,10 +841,33 @@ def _conditions(sets: tuple[str, ...], allow_empty: bool = False) -> dict:
 
 _ALLOW_EMPTY = click.option("--allow-empty", is_flag=True, help="Accept a condition with an empty value (KEY=).")
 _INTERLEAVE = click.option(
-    "--interleave", type=click.Choice(["attempts", "steps"]), default="attempts", show_default=True,
+    "--interleave", type=OrDefault(click.Choice(["attempts", "steps"])), default=None,
     help="attempts: baseline and candidate attempts in ABBA order, each in its own child; steps: one child per "
          "ABBA round runs both arms (same workload and device), their measured steps alternating A B B A, so both "
-         "see the same contention (one attempt per arm per child; its limit is twice --timeout).")
+         "see the same contention (one attempt per arm per child; its limit is twice --timeout). [default: steps "
+         "where both arms can share a process; attempts for a change of device, warmup or steps]")
+
+
+def run_options(*, timeout: str, threads: str, in_process: str, runner: str | None = None):
+    """How a command's attempts (or rounds, or evidence) run: ``--timeout``, ``--threads``,
+    ``--in-process`` and, where a runner starts children, ``--runner``; declared once for
+    ``compare``, ``pipeline``, ``calibrate`` and ``diagnose``, each worded for its command."""
+    options = [
+        click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0,
+                     show_default=True, help=timeout),
+        click.option("--threads", type=OrDefault(click.IntRange(min=1)), default=None, help=threads),
+        click.option("--in-process", is_flag=True, help=in_process),
+    ]
+    if runner is not None:
+        options.append(click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto",
+                                    show_default=True, help=runner))
+
+    def apply(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
 
 
 @cli.command(cls=SectionedCommand)
@@ -818,9 +875,11 @@ _INTERLEAVE = click.option(
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
 @click.option("--change", "change", required=True, metavar="KEY=VALUE", help="The one variable the candidate changes.")
 @_ALLOW_EMPTY
-@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")
-@click.option("--steps", type=click.IntRange(min=1), default=None,
-              help="Measured steps per attempt (the condition steps, as --set steps=N; diagnose's --steps too).")
+@click.option("--attempts", type=OrDefault(click.IntRange(min=1)), default=None,
+              help="Attempts per arm (the ABBA rounds). [default: 10; 5 with --method seed]")
+@click.option("--steps", type=OrDefault(click.IntRange(min=1)), default=None,
+              help="Measured steps per attempt (the condition steps, as --set steps=N; diagnose's --steps too). "
+                   "[default: 30; 10 with --method seed]")
 @click.option("--rounds", default=None, metavar="N|auto",
               help="ABBA rounds, one attempt per arm each: the same as --attempts N. auto: the rounds the latest "
                    "calibration of this workload, conditions, threads and host calls for (mlflow-perfgate calibrate), "
@@ -828,13 +887,11 @@ _INTERLEAVE = click.option(
                    "--interleave steps.")
 @click.option("--group", default=None, help="Comparison id (default: a new one).")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              help="Per-attempt wall-clock limit, seconds.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads in every attempt.")
-@click.option("--in-process", is_flag=True, help="Run attempts in this process (a crash takes the run down).")
-@click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
-              help="What starts each supervised attempt's child: fork (a warm server forks a clean child per "
-                   "attempt; auto where available) or spawn (a fresh python per attempt).")
+@run_options(timeout="Per-attempt wall-clock limit, seconds.",
+             threads="torch threads in every attempt. [default: 1]",
+             in_process="Run attempts in this process (a crash takes the run down).",
+             runner="What starts each supervised attempt's child: fork (a warm server forks a clean child per "
+                    "attempt; auto where available) or spawn (a fresh python per attempt).")
 @_INTERLEAVE
 @click.option("--until-decisive", is_flag=True, help="Add attempt pairs while the answer is rerun, up to --max-attempts.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Per-arm cap for --until-decisive.")
@@ -843,7 +900,7 @@ _INTERLEAVE = click.option(
 @click.option("--allow-undecidable", is_flag=True,
               help="Run even when the attempts planned are below --min-valid-runs or below the fewest with which the "
                    "method can accept (refused by default: such a comparison cannot mean anything).")
-@decision_options
+@decision_options(configured=True)
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
@@ -851,18 +908,11 @@ def compare(workload, sets, change, allow_empty, attempts, steps, rounds, group,
             in_process, runner, interleave, until_decisive, max_attempts, resume, allow_undecidable, output_format, no_progress,
             **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
-    conditions = _conditions(sets, allow_empty)
-    if steps is not None:
-        if conditions.get("steps", str(steps)) != str(steps):
-            raise click.BadParameter(f"--steps {steps} and --set steps={conditions['steps']} disagree: give one",
-                                     param_hint="--steps")
-        conditions["steps"] = str(steps)
+    conditions = _with_steps(_conditions(sets, allow_empty), steps, "--steps")
     change = parse_assignments((change,), "--change", allow_empty=allow_empty)
     options = collect_policy(kwargs)
     if rounds is not None:
         attempts = _rounds_option(rounds)
-    if until_decisive and max_attempts is None and attempts != "auto":  # auto: 4 times the rounds it plans
-        max_attempts = 4 * attempts
     from mlflow_perfgate.harness import compare as run_compare
 
     result = _until_decided(
@@ -874,6 +924,16 @@ def compare(workload, sets, change, allow_empty, attempts, steps, rounds, group,
     )
     print_decision(result, output_format)
     exit_for(result)
+
+
+def _with_steps(conditions: dict, steps: int | None, flag: str) -> dict:
+    """The conditions with the measured ``steps`` an option gave (refused beside a ``--set steps=`` that disagrees)."""
+    if steps is not None:
+        if conditions.get("steps", str(steps)) != str(steps):
+            raise click.BadParameter(f"{flag} {steps} and --set steps={conditions['steps']} disagree: give one",
+                                     param_hint=flag)
+        conditions["steps"] = str(steps)
+    return conditions
 
 
 def _rounds_option(text: str) -> int | str:
@@ -916,12 +976,10 @@ def _rounds_option(text: str) -> int | str:
 @click.option("--latency", type=click.Choice(("raw", "p10", "fastest", "uncontended")), default="p10",
               show_default=True, help="The figure the advice is about (the table shows every figure).")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              help="Per-attempt wall-clock limit, seconds (a round's child gets twice this).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads in every round.")
-@click.option("--in-process", is_flag=True, help="Run the rounds in this process.")
-@click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
-              help="What starts each round's child (see compare --help).")
+@run_options(timeout="Per-attempt wall-clock limit, seconds (a round's child gets twice this).",
+             threads="torch threads in every round. [default: 1, as compare's]",
+             in_process="Run the rounds in this process.",
+             runner="What starts each round's child (see compare --help).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
@@ -970,18 +1028,16 @@ def calibrate(workload, sets, allow_empty, rounds, steps, warmup, mode, alpha, c
 @click.option("--workload", default="tinylm", show_default=True, help=_WORKLOAD_HELP)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
 @_ALLOW_EMPTY
-@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Attempts per arm the proposed comparison will run.")
+@click.option("--attempts", type=click.IntRange(min=1), default=None,
+              help="Attempts per arm the proposed comparison will run. [default: compare's]")
 @click.option("--capacity-mib", type=click.FloatRange(min=0), default=None,
               help="Memory budget of the target device, MiB (0 or unset: the GPU's memory, or the machine's RAM "
                    "on CPU).")
 @click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps timed for the evidence.")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              help="Wall-clock limit of the evidence collection, seconds.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch threads while the evidence is collected.")
-@click.option("--in-process", is_flag=True, help="Collect the evidence in this process (a crash takes it down, a hang "
-              "is never interrupted).")
+@run_options(timeout="Wall-clock limit of the evidence collection, seconds.",
+             threads="torch threads while the evidence is collected. [default: the current count]",
+             in_process="Collect the evidence in this process (a crash takes it down, a hang is never interrupted).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @guarded
 def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experiment, timeout_s, threads, in_process,
@@ -1027,35 +1083,36 @@ def diagnose(workload, sets, allow_empty, attempts, capacity_mib, steps, experim
 @click.option("--workload", default="tinylm", show_default=True, help=_WORKLOAD_HELP)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A fixed condition; repeat for each.")
 @_ALLOW_EMPTY
-@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True, help="Attempts per arm.")
+@click.option("--attempts", type=OrDefault(click.IntRange(min=1)), default=None,
+              help="Attempts per arm (the ABBA rounds). [default: 10; 5 with --method seed or the memory objective]")
+@click.option("--comparison-steps", type=OrDefault(click.IntRange(min=1)), default=None,
+              help="Measured steps of each attempt of the comparison (the condition steps, as --set steps=N). "
+                   "[default: 30; 10 with --method seed or the memory objective]")
 @click.option("--capacity-mib", type=click.FloatRange(min=0), default=None,
               help="Memory budget of the target device, MiB (0 or unset: this machine's).")
 @click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps timed for the evidence.")
 @click.option("--fallback-change", default=None, metavar="KEY=VALUE",
               help="The change to test on latency when the diagnosis proposes none.")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              help="Wall-clock limit of the diagnosis's evidence collection and of each attempt, seconds.")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="torch threads in the diagnosis and in every attempt.")
-@click.option("--in-process", is_flag=True, help="Diagnose and run attempts in this process.")
-@click.option("--runner", type=click.Choice(["auto", "fork", "spawn"]), default="auto", show_default=True,
-              help="What starts the diagnosis's child and each attempt's (see compare --help); with fork, "
-                   "one warm server serves both.")
+@run_options(timeout="Wall-clock limit of the diagnosis's evidence collection and of each attempt, seconds.",
+             threads="torch threads in the diagnosis and in every attempt. [default: 1]",
+             in_process="Diagnose and run attempts in this process.",
+             runner="What starts the diagnosis's child and each attempt's (see compare --help); with fork, "
+                    "one warm server serves both.")
 @_INTERLEAVE
-@decision_options
+@decision_options(configured=True)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--gate", is_flag=True, help="Exit with the decision's code (as compare does) instead of 0; without a "
               "comparison (the plan proposed none), 3 (rerun), never 0.")
 @guarded
-def pipeline(workload, sets, allow_empty, attempts, capacity_mib, steps, fallback_change, experiment, timeout_s,
-             threads, in_process, runner, interleave, no_progress, gate, **kwargs):
+def pipeline(workload, sets, allow_empty, attempts, comparison_steps, capacity_mib, steps, fallback_change,
+             experiment, timeout_s, threads, in_process, runner, interleave, no_progress, gate, **kwargs):
     """The main job: diagnose, compare the plan's change under the diagnosis's objective, decide.
 
     Exits 0 once a decision is logged (whatever it is), or once the diagnosis is logged when it
     proposes no comparison, unless --gate.
     """
-    conditions = _conditions(sets, allow_empty)
+    conditions = _with_steps(_conditions(sets, allow_empty), comparison_steps, "--comparison-steps")
     options = collect_policy(kwargs)
     fallback = parse_assignments((fallback_change,), "--fallback-change") if fallback_change else None
     from mlflow_perfgate.harness import pipeline as run_pipeline

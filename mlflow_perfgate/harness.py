@@ -26,6 +26,10 @@ from . import rules
 from .rules._errors import InputError, SingleVariableError, StoreUnavailable
 
 __all__ = [
+    "RECOMMENDED",
+    "SPECIFICATION",
+    "Configuration",
+    "configure",
     "DEFAULT_CONDITIONS",
     "INTERLEAVE_MODES",
     "pipeline",
@@ -41,7 +45,8 @@ __all__ = [
     "require_fixed_conditions",
 ]
 
-#: What a TinyLM comparison fixes when the user does not say (the specification's baseline).
+#: What a TinyLM comparison fixes when the user does not say (the specification's baseline; the measured
+#: steps come from the comparison's configuration, :func:`configure`, and elsewhere the workloads' default 10).
 DEFAULT_CONDITIONS = {
     "model": "TinyLM",
     "input_shape": "4,128",
@@ -52,7 +57,6 @@ DEFAULT_CONDITIONS = {
     "checkpoint": False,
     "num_workers": 0,
     "warmup": 2,
-    "steps": 10,
 }
 
 
@@ -86,6 +90,109 @@ def _check_interleave(interleave: Any, variable: str, base: dict, objective: str
             type(runner).run_interleaved is AttemptRunner.run_interleaved:
         raise InputError(f"interleave='steps' needs a runner that runs step-interleaved pairs; "
                          f"{type(runner).__name__} does not")
+
+
+#: What a comparison runs with where its caller does not say: the configuration the noise lab validated
+#: on a shared machine (``benchmarks/results/README.md``): the paired method on each attempt's
+#: 10th-percentile step, both arms' measured steps interleaved in one child per ABBA round, torch on
+#: one thread, 10 rounds of 30 measured steps. ``compare``, ``pipeline``, ``suite`` and the
+#: MLproject's entry points default to it, falling back per comparison where it does not apply
+#: (:func:`configure`).
+RECOMMENDED = {"method": "paired", "latency": "p10", "interleave": "steps", "threads": 1, "attempts": 10, "steps": 30}
+#: What the specification's rule runs with where its caller does not say (``method="seed"``, given or
+#: fallen back to): the figure it defines (``latency_ms``, the median of every measured step) on its
+#: example's 5 attempts per arm of 10 measured steps.
+SPECIFICATION = {"latency": "raw", "attempts": 5, "steps": 10}
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+    """How one comparison is measured and judged, each value given or defaulted (:func:`configure`)."""
+
+    method: str
+    latency: str
+    interleave: str
+    threads: int | None
+    attempts: int | str
+    steps: int | None  #: the measured steps the configuration set (``None``: the conditions give them)
+    defaulted: tuple[str, ...]  #: the settings the caller left to the defaults
+    fallbacks: tuple[str, ...]  #: why a recommended value does not apply to this comparison
+
+    def text(self) -> str:
+        """One line for the comparison run and the report: what ran, what was defaulted, what fell back."""
+        rounds = "rounds" if self.interleave == "steps" else "attempts per arm"
+        threads = "the current torch threads" if self.threads is None else \
+            f"{self.threads} torch thread{'' if self.threads == 1 else 's'}"
+        steps = "" if self.steps is None else f" of {self.steps} steps"
+        text = (f"{self.method} method on {self.latency}, {self.interleave} interleaved, {threads}, "
+                f"{self.attempts} {rounds}{steps}")
+        if self.defaulted:
+            text += f"; defaults: {', '.join(self.defaulted)}"
+        if self.fallbacks:
+            text += f"; fell back from the recommended configuration: {'; '.join(self.fallbacks)}"
+        return text
+
+
+def configure(objective: str, mode: str, variable: str | None, base: dict, *, method: str | None = None,
+              latency: str | None = None, interleave: str | None = None, threads: int | None = None,
+              attempts: int | str | None = None, steps_given: bool = True, supervised: bool = True,
+              runner: Any = "auto") -> Configuration:
+    """Fill in what a comparison's caller left out (``None``) from :data:`RECOMMENDED`, per comparison.
+
+    What the caller gives is kept (and checked where it is used, as before). Left out:
+
+    - ``method``: ``paired``, where it judges the objective in ``mode``; else the first method that
+      does (``seed``, the specification's rule, for memory and throughput), saying why;
+    - ``latency``: ``p10``; with the ``seed`` method, the specification's ``raw`` (its figure);
+    - ``interleave``: ``steps``, unless both arms cannot share one process (the changed variable is
+      the device, warmup or steps; the memory objective on CUDA; a runner without step
+      interleaving): then whole attempts (``attempts``), saying why;
+    - ``threads``: 1; ``attempts`` (rounds) and the measured ``steps`` (only when the conditions do
+      not give them, ``steps_given=False``): 10 and 30, or the specification's 5 and 10 with the
+      ``seed`` method.
+
+    Returns:
+        The :class:`Configuration` (``defaulted`` names what was filled in, ``fallbacks`` why a
+        recommended value did not apply).
+    """
+    from .rules._registry import METHODS, OBJECTIVES
+
+    defaulted, fallbacks = [], []
+    if method is None:
+        defaulted.append("method")
+        method = RECOMMENDED["method"]
+        entry = OBJECTIVES.get(objective)
+        if entry is not None and not (METHODS[method].judges(objective) and mode in METHODS[method].modes):
+            judges = [name for name in METHODS if METHODS[name].judges(objective) and mode in METHODS[name].modes]
+            if judges:
+                method = "seed" if "seed" in judges else judges[0]
+                fallbacks.append(f"method {method}: the {RECOMMENDED['method']} method does not judge the "
+                                 f"{objective} objective in {mode} mode")
+    seed = method == "seed"
+    if latency is None:
+        defaulted.append("latency")
+        latency = SPECIFICATION["latency"] if seed else RECOMMENDED["latency"]
+    if interleave is None:
+        defaulted.append("interleave")
+        interleave = RECOMMENDED["interleave"]
+        try:
+            _check_interleave(interleave, str(variable), base, objective, supervised, runner)
+        except InputError as refusal:
+            interleave = "attempts"
+            fallbacks.append("whole attempts interleaved: " + str(refusal).split(": use interleave=")[0]
+                             .split("; use interleave=")[0])
+    if threads is None:
+        defaulted.append("threads")
+        threads = RECOMMENDED["threads"]
+    if attempts is None:
+        defaulted.append("attempts")
+        attempts = SPECIFICATION["attempts"] if seed else RECOMMENDED["attempts"]
+    steps = None
+    if not steps_given:
+        defaulted.append("steps")
+        steps = SPECIFICATION["steps"] if seed else RECOMMENDED["steps"]
+    return Configuration(method=method, latency=latency, interleave=interleave, threads=threads, attempts=attempts,
+                         steps=steps, defaulted=tuple(defaulted), fallbacks=tuple(fallbacks))
 
 
 def keep_planned_repeats(held: dict, *arms: dict) -> str | None:
@@ -416,7 +523,7 @@ def compare(
     conditions: dict,
     change: dict,
     *,
-    attempts: int | str = 5,
+    attempts: int | str | None = None,
     group: str | None = None,
     experiment_name: str | None = None,
     objective: str | None = None,
@@ -431,11 +538,19 @@ def compare(
     on_attempt: Callable[[str, Any], None] | None = None,
     parent_run_id: str | None = None,
     resume: bool = False,
-    interleave: str = "attempts",
+    interleave: str | None = None,
     allow_undecidable: bool = False,
     **evaluate_kwargs: Any,
 ) -> dict:
     """Run baseline and candidate attempts interleaved (ABBA) under a comparison run, then decide.
+
+    What is left out (``None``: ``attempts``, ``interleave``, ``threads``, the conditions'
+    ``steps``, and ``method`` and ``latency`` among ``evaluate_kwargs``) comes from
+    :data:`RECOMMENDED`, the configuration validated on a shared machine (the paired method on
+    ``p10``, steps interleaved, one thread, 10 rounds of 30 steps), or falls back where it does
+    not apply to this comparison (:func:`configure`); the comparison run's tag
+    ``perfgate.configuration`` and the report say which. ``method="seed"`` is the
+    specification's rule, exact, on its figure and sample (``raw``, 5 attempts of 10 steps).
 
     Args:
         workload: ``tinylm`` or a factory ``module:function``.
@@ -443,7 +558,7 @@ def compare(
             ones not given); ``warmup`` and ``steps`` are conditions too.
         change: ``{variable: candidate_value}``, exactly one variable.
         attempts: attempts per arm (before any extra looks): one per arm in each ABBA round, so
-            also the rounds. ``"auto"``: the rounds the latest calibration of this workload, its
+            also the rounds (default 10; 5 with the ``seed`` method). ``"auto"``: the rounds the latest calibration of this workload, its
             conditions and this host calls for (:func:`auto_rounds`; ``mlflow-perfgate calibrate``),
             for the paired method with ``interleave="steps"``; with ``until_decisive`` and no
             ``max_attempts``, 4 times those.
@@ -455,16 +570,17 @@ def compare(
             ``spawn`` (a fresh interpreter per attempt), or an ``AttemptRunner`` the caller
             owns. A kind's runner is closed when the comparison ends, also on error.
         timeout_s: per-attempt wall-clock limit.
-        threads: torch threads for every attempt (default: the current count).
+        threads: torch threads for every attempt (default 1, the recommended configuration's).
         until_decisive: while the answer is ``rerun`` for lack of evidence, add interleaved
-            attempt pairs, up to ``max_attempts`` per arm (see ``evaluate_group``'s ``look``).
+            attempt pairs, up to ``max_attempts`` per arm (see ``evaluate_group``'s ``look``;
+            default 4 times ``attempts``).
         progress: show a progress bar on stderr.
         parent_run_id: a run to nest the comparison under (the ``mlflow run`` project run).
         resume: add to a group that already holds attempts (a re-run of the same comparison):
             its comparison run is reused and the ABBA rounds continue; without it such a
             group is refused, never half-mixed.
-        interleave: ``attempts`` (default: the ABBA order of whole attempts, each in its own
-            child) or ``steps``: each ABBA round is one child holding both arms (each built once,
+        interleave: ``attempts`` (the ABBA order of whole attempts, each in its own
+            child) or ``steps`` (the default where both arms can share a process): each ABBA round is one child holding both arms (each built once,
             both warmed up, then their measured steps alternate A B B A ...; the arm that leads
             alternates between rounds), which gives one attempt per arm with the round's
             ``pair``; a failing arm fails its own attempt, a crash of the child both. The child's
@@ -519,6 +635,8 @@ class _Plan:
     evaluate_kwargs: dict
     #: ``attempts="auto"``: the plan :func:`auto_rounds` made from a calibration (its tags go on the comparison run).
     calibration: dict | None = None
+    #: what was given, defaulted and fallen back to (:func:`configure`; its text goes on the comparison run).
+    configuration: Configuration | None = None
 
     @property
     def most(self) -> int:
@@ -542,15 +660,31 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
         InputError, PolicyError, SingleVariableError: see :func:`compare`.
     """
     auto = attempts == "auto"
-    if not auto and (type(attempts) is not int or attempts < 1):
+    if attempts is not None and not auto and (type(attempts) is not int or attempts < 1):
         raise InputError(f"attempts must be a positive integer or 'auto', got {attempts!r}")
-    if until_decisive and not auto and (type(max_attempts) is not int or max_attempts < attempts):
-        raise InputError(f"max_attempts must be an integer >= attempts ({attempts}), got {max_attempts!r}")
+    if interleave is not None and interleave not in INTERLEAVE_MODES:
+        raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
     objective = objective or "latency"
+    one = isinstance(change, dict) and len(change) == 1
+    base = _base_conditions(workload, conditions, 1)
+    configuration = configure(
+        objective, evaluate_kwargs.get("mode") or "improvement", str(next(iter(change))) if one else None, base,
+        method=evaluate_kwargs.get("method"), latency=evaluate_kwargs.get("latency"), interleave=interleave,
+        threads=rest.get("threads"), attempts=attempts,
+        steps_given=not isinstance(conditions, dict) or "steps" in conditions, supervised=supervised, runner=runner)
+    attempts, interleave = configuration.attempts, configuration.interleave
+    rest["threads"] = configuration.threads
+    evaluate_kwargs = {**evaluate_kwargs, "method": configuration.method, "latency": configuration.latency}
+    if configuration.steps is not None:
+        base["steps"] = configuration.steps
+    base["repeats"] = 1 if auto else attempts
+    if until_decisive and not auto:
+        max_attempts = 4 * attempts if max_attempts is None else max_attempts
+        if type(max_attempts) is not int or max_attempts < attempts:
+            raise InputError(f"max_attempts must be an integer >= attempts ({attempts}), got {max_attempts!r}")
     policy_options = {k: v for k, v in evaluate_kwargs.items() if k != "env_mismatch"}
     policy = rules.Policy(objective=objective, **policy_options)  # every option checked before anything runs
-    base = _base_conditions(workload, conditions, 1 if auto else attempts)
-    if isinstance(change, dict) and len(change) == 1:  # why steps cannot share a process, before the fixed keys
+    if one:  # why steps cannot share a process, before the fixed keys
         _check_interleave(interleave, str(next(iter(change))), base, objective, supervised, runner)
     require_fixed_conditions(base)
     variable, value = _validated_change(base, change, hypothesis)
@@ -569,7 +703,8 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
     return _Plan(workload=workload, base=base, candidate={**base, variable: value}, variable=variable,
                  objective=objective, policy=policy, attempts=attempts, until_decisive=until_decisive,
                  max_attempts=max_attempts, interleave=interleave, supervised=supervised, runner=runner,
-                 evaluate_kwargs=dict(evaluate_kwargs), calibration=calibration, **rest)
+                 evaluate_kwargs=dict(evaluate_kwargs), calibration=calibration, configuration=configuration,
+                 **rest)
 
 
 def _check_measure(objective: str, supervised: bool) -> None:
@@ -670,14 +805,20 @@ class _Comparison:
                   f"size); this call adds {plan.attempts} attempts per arm under that condition", file=sys.stderr)
         if plan.resume and held["attempts"]:
             end_left_running(group, plan.experiment_name, who)
+        from .tracking import TAG, tag_run
+
+        # how it is measured and judged, what was defaulted, what fell back and why
+        configuration = None if plan.configuration is None else plan.configuration.text()
         if plan.resume and held["comparison_run_id"]:
             run_id = held["comparison_run_id"]
+            if configuration:
+                tag_run(run_id, {TAG.CONFIGURATION: configuration})
         else:
             run_id = start_comparison(group, plan.base, plan.variable, objective=plan.objective,
                                       experiment_name=plan.experiment_name, workload=plan.workload,
-                                      parent_run_id=plan.parent_run_id, interleave=plan.interleave)
+                                      parent_run_id=plan.parent_run_id, interleave=plan.interleave,
+                                      configuration=configuration)
         if plan.calibration is not None:  # which calibration planned its rounds, and how
-            from .tracking import TAG, tag_run
 
             tag_run(run_id, {TAG.CALIBRATION_RUN: plan.calibration["calibration_run_id"],
                              TAG.CALIBRATION_AGE: str(int(plan.calibration["age_s"])),
@@ -1056,9 +1197,9 @@ def candidate_change_and_reason(synthesis: dict, baseline: dict) -> tuple[dict |
     return None, "no strong signal: collect more evidence"
 
 
-def compare_command(workload: str, plan: dict, attempts: int, experiment_name: str | None,
+def compare_command(workload: str, plan: dict, attempts: int | None, experiment_name: str | None,
                     objective: str) -> str:
-    """The exact ``mlflow-perfgate compare`` command that tests a plan."""
+    """The exact ``mlflow-perfgate compare`` command that tests a plan (``attempts=None``: its defaults')."""
     variable = plan["changed_variable"]
     parts = ["mlflow-perfgate", "compare", "--workload", workload]
     from .tracking import canonical_value
@@ -1068,7 +1209,7 @@ def compare_command(workload: str, plan: dict, attempts: int, experiment_name: s
             continue
         parts += ["--set", f"{key}={_cli_value(canonical_value(value))}"]
     parts += ["--change", f"{variable}={_cli_value(canonical_value(plan['candidate'][variable]))}",
-              "--attempts", str(attempts), "--objective", objective]
+              *(() if attempts is None else ("--attempts", str(attempts))), "--objective", objective]
     if experiment_name:
         parts += ["--experiment", experiment_name]
     return shlex.join(parts)
@@ -1226,7 +1367,7 @@ def diagnose(
     workload: str,
     conditions: dict,
     *,
-    attempts: int = 5,
+    attempts: int | None = None,
     capacity_mib: float | None = None,
     experiment_name: str | None = None,
     steps: int = 5,
@@ -1252,6 +1393,8 @@ def diagnose(
     it is logged.
 
     Args:
+        attempts: the attempts per arm the proposed comparison runs (its command's
+            ``--attempts``; ``None``: the comparison's defaults decide, :func:`configure`).
         capacity_mib: the memory budget of the target device, MiB; ``None`` (or 0) for this
             machine's (the GPU's memory, or the RAM on the CPU).
         supervised: collect in a child process (the default); ``False`` collects here.
@@ -1274,7 +1417,9 @@ def diagnose(
             collected; a FAILED diagnosis run says why (``run_id``).
     """
     started_ms = int(time.time() * 1000)
-    base = _base_conditions(workload, conditions, attempts)
+    if attempts is not None and (type(attempts) is not int or attempts < 1):
+        raise InputError(f"attempts must be a positive integer, got {attempts!r}")
+    base = _base_conditions(workload, conditions, RECOMMENDED["attempts"] if attempts is None else attempts)
     require_fixed_conditions(base)
     from .errors import WorkloadFailed
 
@@ -1325,7 +1470,7 @@ def pipeline(
     workload: str,
     conditions: dict,
     *,
-    attempts: int = 5,
+    attempts: int | None = None,
     capacity_mib: float | None = None,
     fallback_change: dict | None = None,
     experiment_name: str | None = None,
@@ -1334,11 +1479,17 @@ def pipeline(
     supervised: bool = True,
     timeout_s: float = 300.0,
     runner: Any = "auto",
-    interleave: str = "attempts",
+    interleave: str | None = None,
     threads: int | None = None,
     **evaluate_kwargs: Any,
 ) -> dict:
     """The main job: diagnose, compare the plan's single change under the diagnosis's objective, decide.
+
+    The comparison's configuration is :func:`compare`'s: what is left out (``attempts``,
+    ``interleave``, ``threads``, ``method``, ``latency``, the measured ``steps`` among the
+    conditions) is the recommended one, or falls back where it does not apply (the memory
+    objective the diagnosis often chooses is judged by the specification's rule). The diagnosis
+    collects its evidence over ``steps`` steps on ``threads`` (default 1, as the comparison's).
 
     When the diagnosis finds no strong signal (or is blocked by correctness), the comparison
     tests ``fallback_change`` on latency instead, and says so; without a fallback it stops after
@@ -1353,9 +1504,12 @@ def pipeline(
         ``{"diagnosis": ..., "decision": <evaluate_group's result or None>, "change": ...,
         "objective": ..., "fallback_used": bool}``.
     """
-    if interleave not in INTERLEAVE_MODES:  # before the diagnosis; compare checks the rest once the change is known
+    if interleave is not None and interleave not in INTERLEAVE_MODES:  # before the diagnosis; compare checks the rest
         raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
-    require_fixed_conditions(_base_conditions(workload, conditions, attempts))  # before a server starts
+    if attempts is not None and (type(attempts) is not int or attempts < 1):
+        raise InputError(f"attempts must be a positive integer, got {attempts!r}")
+    require_fixed_conditions(_base_conditions(workload, conditions, attempts or 1))  # before a server starts
+    evidence_threads = RECOMMENDED["threads"] if threads is None else threads  # the comparison's default too
     # One runner for the diagnosis and the comparison: with fork, one warm server forks the
     # diagnosis's child and every attempt's, and it warms up while this process imports mlflow.
     with _runner_scope(runner, workload, supervised) as active:
@@ -1364,7 +1518,7 @@ def pipeline(
         chosen_objective = evaluate_kwargs.pop("objective", None)
         report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
                           experiment_name=experiment_name, steps=steps, parent_run_id=parent,
-                          supervised=supervised, timeout_s=timeout_s, threads=threads, runner=active)
+                          supervised=supervised, timeout_s=timeout_s, threads=evidence_threads, runner=active)
         plan = report["plan"]
         fallback_used = plan["action"] != "run_comparison"
         if fallback_used:

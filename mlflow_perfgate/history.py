@@ -124,7 +124,9 @@ def bisect(good: str, bad: str, *, workload: str, conditions: dict, attempts: in
         conditions: its fixed conditions (``revision`` is the variable).
         attempts, max_attempts: attempts per arm, and the cap when adding more while undecided
             (``None``: no more).
-        margin, method: the comparison's non-regression margin and its method (``paired`` or ``robust``).
+        margin, method: the comparison's non-regression margin and its method (``paired`` or ``robust``);
+            every comparison runs whole attempts (``interleave="attempts"``: two revisions' code cannot
+            share one process) and judges ``latency_ms`` (``raw``, the figure the history is on).
         supervised, timeout_s, runner: how attempts run (``compare``'s).
         experiment_name: where the comparisons are recorded.
         keep_worktrees: leave the checkouts in place after the bisect.
@@ -149,6 +151,9 @@ def bisect(good: str, bad: str, *, workload: str, conditions: dict, attempts: in
                                        max_attempts=max_attempts, progress=progress, method=method,
                                        mode="non_regression", margin=margin, resume=True,
                                        allow_undecidable=True,  # bisect's own floors, said by it
+                                       # each revision's code is its own checkout, which one process cannot
+                                       # import twice; judged on the figure the history's change points are on
+                                       interleave="attempts", latency="raw",
                                        **thresholds))
     saved = os.environ.get(WORKTREES_ENV)
     os.environ[WORKTREES_ENV] = str(run.root)

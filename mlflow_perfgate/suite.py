@@ -41,6 +41,13 @@ table of any registered threshold), ``attempts``, ``until_decisive``, ``max_atte
 --interleave``: ``attempts``, or ``steps``: one child a round holding both arms, their measured
 steps interleaved; not the ``[suite]`` key, which orders the entries), ``env_mismatch``.
 
+An entry that runs takes ``compare``'s defaults for what it leaves out (``harness.configure``):
+the paired method on ``p10``, steps interleaved, one thread, 10 rounds of 30 measured steps,
+falling back per entry where they do not apply (a memory or throughput entry: the seed method on
+``raw``, 5 rounds of 10 steps, outside the error control; a change of device, warmup or steps:
+whole attempts interleaved); its comparison run's ``perfgate.configuration`` says which. A
+collected entry (``group``) is judged by the robust method on ``raw`` unless told otherwise.
+
 How entries share a machine (``interleave = "rounds"``, the default): the attempts of all the
 entries that run are interleaved round-robin, one ABBA round (2 attempts per arm: baseline,
 candidate, candidate, baseline) of each entry in turn, so a slow drift of the machine (a
@@ -110,6 +117,8 @@ class EntrySpec:
     runner: str = "auto"
     interleave: str = "attempts"
     env_mismatch: str = "fail"
+    #: what was given, defaulted and fallen back to (``harness.configure``; an entry that runs attempts)
+    configuration: Any = None
 
     @property
     def runs(self) -> bool:
@@ -290,7 +299,29 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
     if change is None and group is None:
         raise InputError(f"{where}: give change (a comparison to run) or group (attempts already recorded)")
     workload = _typed(merged.get("workload", "tinylm"), str, "workload", where)
-    attempts = _typed(merged.get("attempts", 5), int, "attempts", where, minimum=1)
+    attempts = _typed(merged.get("attempts"), int, "attempts", where, minimum=1)
+    supervised = _typed(merged.get("supervised", True), bool, "supervised", where)
+    threads = _typed(merged.get("threads"), int, "threads", where, minimum=1)
+    interleave = merged.get("interleave")
+    if interleave is not None and interleave not in ("attempts", "steps"):
+        raise InputError(f"{where}: interleave must be one of ['attempts', 'steps'] (within the entry; the [suite] "
+                         f"key orders the entries), got {interleave!r}")
+    configuration = None
+    if change is not None:  # an entry that runs: compare's defaults, per entry (harness.configure)
+        from .harness import _base_conditions, configure
+
+        variable = next(iter(change)) if isinstance(change, dict) and len(change) == 1 else None
+        configuration = configure(
+            merged.get("objective") or "latency", merged.get("mode") or "improvement", variable,
+            _base_conditions(workload, dict(merged["set"]), 1), method=merged.get("method"),
+            latency=merged.get("latency"), interleave=interleave, threads=threads, attempts=attempts,
+            steps_given="steps" in merged["set"], supervised=supervised)
+        merged = {**merged, "method": configuration.method, "latency": configuration.latency}
+        attempts, interleave, threads = configuration.attempts, configuration.interleave, configuration.threads
+        if configuration.steps is not None:
+            merged["set"] = {**merged["set"], "steps": configuration.steps}
+    attempts = 5 if attempts is None else attempts
+    interleave = interleave or "attempts"
     until_decisive = _typed(merged.get("until_decisive", False), bool, "until_decisive", where)
     max_attempts = _typed(merged.get("max_attempts"), int, "max_attempts", where, minimum=1)
     if until_decisive:
@@ -305,11 +336,6 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
         raise InputError(f"{where}: runner must be auto, fork or spawn, got {runner!r}")
     policy = _entry_policy(merged, where)
     conditions = dict(merged["set"])
-    interleave = merged.get("interleave", "attempts")
-    if interleave not in ("attempts", "steps"):
-        raise InputError(f"{where}: interleave must be one of ['attempts', 'steps'] (within the entry; the [suite] "
-                         f"key orders the entries), got {interleave!r}")
-    supervised = _typed(merged.get("supervised", True), bool, "supervised", where)
     if change is not None:
         _check_entry_change(change, workload, conditions, attempts, interleave, policy, supervised, where)
     return EntrySpec(
@@ -317,13 +343,13 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
         change=dict(change) if change is not None else None, attempts=attempts, until_decisive=until_decisive,
         max_attempts=max_attempts, supervised=supervised, interleave=interleave,
         timeout_s=_typed(merged.get("timeout_s", 300.0), float, "timeout_s", where, minimum=0),
-        threads=_typed(merged.get("threads"), int, "threads", where, minimum=1), runner=runner,
-        env_mismatch=env_mismatch)
+        threads=threads, runner=runner, env_mismatch=env_mismatch, configuration=configuration)
 
 
 def _entry_policy(merged: dict, where: str):
-    """An entry's policy: a statistical method by default where one judges the objective (latency),
-    the specification-style rule elsewhere (memory, throughput: outside the error control); a latency
+    """An entry's policy: a statistical method by default where one judges the objective (latency;
+    an entry that runs has it from ``harness.configure``, a collected one gets ``robust``), the
+    specification-style rule elsewhere (memory, throughput: outside the error control); a latency
     entry's method must give the gate a p-value."""
     from .rules._registry import METHODS
     from .rules._suite import methods_with_p_values
@@ -387,7 +413,8 @@ class _Entry:
                      until_decisive=spec.until_decisive, max_attempts=spec.max_attempts, interleave=spec.interleave,
                      supervised=spec.supervised, runner=spec.runner, timeout_s=spec.timeout_s, threads=spec.threads,
                      group=spec.group, experiment_name=suite.experiment, parent_run_id=suite_run_id, resume=resume,
-                     allow_undecidable=False, progress=False, on_attempt=None, evaluate_kwargs={})
+                     allow_undecidable=False, progress=False, on_attempt=None, evaluate_kwargs={},
+                     configuration=spec.configuration)
         self.rounds = _Comparison(plan)
         self.rounds.attach(group=spec.group, held=held, runner=None, who=f"suite entry {spec.name!r}")
         self.comparison_id = self.rounds.comparison_id

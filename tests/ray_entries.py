@@ -18,7 +18,7 @@ def run_tinylm_entry(entry: dict) -> dict:
                      attempts=entry.get("attempts", 2), group=entry["group"],
                      experiment_name=entry.get("experiment_name"), objective=entry.get("objective"),
                      runner=entry.get("runner", "fork"), timeout_s=entry.get("attempt_timeout_s", 180.0),
-                     progress=False, allow_undecidable=True)  # tiny entries: the dispatch is under test
+                     interleave=entry.get("interleave"), progress=False, allow_undecidable=True)  # tiny entries: the dispatch is under test
     return {"decision": result["decision"], "reason": result["reason"],
             "comparison_run_id": result["comparison_run_id"],
             "assigned": ray.get_runtime_context().get_assigned_resources(),

@@ -180,9 +180,13 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
     (["calibrate", "--workload", "mine:make", "--set", "model=m"], "missing the fixed conditions"),
     (["compare", "--change", "checkpoint=true", "--rounds", "0"], "expected a positive integer or auto, got '0'"),
     (["compare", "--change", "checkpoint=true", "--rounds", "3", "--attempts", "3"], "give --rounds or --attempts"),
-    (["compare", "--change", "checkpoint=true", "--rounds", "auto"], "pass --method paired --interleave steps"),
-    (["compare", "--change", "checkpoint=true", "--rounds", "auto", "--method", "paired"],
+    (["compare", "--change", "checkpoint=true", "--rounds", "auto", "--method", "seed"],
+     "pass --method paired --interleave steps"),
+    (["compare", "--change", "checkpoint=true", "--rounds", "auto", "--interleave", "attempts"],
      "got interleave 'attempts': pass --interleave steps"),
+    # compare's defaults are what a calibration measures: the command to run names them, threads included
+    (["compare", "--change", "checkpoint=true", "--rounds", "auto"],
+     "run `mlflow-perfgate calibrate --workload tinylm --steps 30 --warmup 2 --threads 1 --latency p10` first"),
 ])
 def test_bad_input_is_one_line_and_exit_2_with_nothing_logged(sqlite_uri, capsys, argv, needle):
     code, out, err = run_cli(capsys, *argv)
@@ -297,13 +301,13 @@ def test_the_latest_finished_calibration_of_the_same_identity_is_the_one_found(s
                                                              / r["baseline"]["figures"][item["key"]])
                                                     for r in complete], abs=1e-11)
         assert set(item["needed"]) == {0.1} and all(v is None or v >= 6 for v in item["needed"].values())
-    # the identity holds the threads asked for and the host, not the git revision
+    # the identity holds the threads asked for (compare's default, 1, when none) and the host, not the git revision
     base = {**conditions, "steps": 3, "warmup": 1}
     from mlflow_perfgate.harness import _base_conditions
 
-    identity = calibration_identity("tinylm", _base_conditions("tinylm", base, 7), None)
-    assert identity == first["identity"] and "git_revision" not in identity and identity["threads"] == "default"
-    assert calibration_identity("tinylm", _base_conditions("tinylm", base, 7), 1) != identity
+    identity = calibration_identity("tinylm", _base_conditions("tinylm", base, 7), 1)
+    assert identity == first["identity"] and "git_revision" not in identity and identity["threads"] == "1"
+    assert calibration_identity("tinylm", _base_conditions("tinylm", base, 7), None) != identity
     assert latest_calibration(first["identity"], experiment_name="no-such-experiment") is None
 
 
@@ -319,7 +323,7 @@ def test_a_calibration_whose_rounds_all_fail_is_a_failed_run_auto_never_reads(sq
     from mlflow_perfgate.harness import _base_conditions
 
     identity = calibration_identity("tests.workloads_fixtures.hostile:raiser",
-                                    _base_conditions("x", {**fixed, "steps": 2, "warmup": 0}, 1), None)
+                                    _base_conditions("x", {**fixed, "steps": 2, "warmup": 0}, 1), 1)
     assert run.data.tags[TAG.CALIBRATION_KEY] == calibration_key(identity)
     assert latest_calibration(identity) is None  # FAILED: compare --rounds auto never plans from it
 

@@ -70,7 +70,7 @@ def test_a_supervised_compare_imports_no_torch_in_the_process_that_runs_it(tmp_p
     # the fork runner's server and the attempts' children import torch; the command does not
     sets = ["--set", "input_shape=2,16", "--set", "dtype=fp32", "--set", "steps=2", "--set", "warmup=0"]
     outcome, err = _probe(["compare", "--workload", "tinylm", *sets, "--change", "checkpoint=true", "--attempts", "1",
-                           "--min-valid-runs", "1", "--no-progress", "--group", "no-torch"], tmp_path)
+                           "--method", "seed", "--min-valid-runs", "1", "--no-progress", "--group", "no-torch"], tmp_path)
     assert outcome["heavy"] == ["mlflow"], err
     assert outcome["code"] in (0, 1, 3), err
     runs = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/never.db").search_runs(["0"])

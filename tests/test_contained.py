@@ -28,6 +28,7 @@ from mlflow_perfgate.harness import compare
 from mlflow_perfgate.tracking import TAG
 from mlflow_perfgate.workloads import run_attempt
 
+from configs import SPEC, SPEC_FLAGS
 from helpers import running
 
 HOSTILE = "tests.workloads_fixtures.hostile"
@@ -87,7 +88,7 @@ def test_a_failed_attempt_keeps_the_steps_it_completed(factory, conditions, kept
 
 def test_a_failed_attempts_steps_reach_its_history(sqlite_uri):
     result = compare(f"{HOSTILE}:raiser", {**FIXED, "fail_at": 1000}, {"fail_at": 1}, attempts=1, supervised=False,
-                     progress=False, min_valid_runs=1)
+                     progress=False, min_valid_runs=1, **SPEC)
     client = MlflowClient()
     candidate = next(a for a in result["attempts"] if a["arm"] == "candidate")
     assert client.get_run(candidate["run_id"]).data.tags[TAG.OK] == "false"
@@ -141,7 +142,7 @@ def test_the_thread_count_is_the_one_measured_not_the_one_asked_for(mode):
 def test_the_measured_thread_count_is_the_attempts_fingerprint(sqlite_uri):
     conditions = {**FIXED, "set_threads": 2, "steps": 2}
     result = compare(f"{HOSTILE}:thread_changer", conditions, {"set_threads": 1}, attempts=1, supervised=False,
-                     threads=2, progress=False, min_valid_runs=1, env_mismatch="warn")
+                     threads=2, progress=False, min_valid_runs=1, env_mismatch="warn", **SPEC)
     tags = {a["arm"]: MlflowClient().get_run(a["run_id"]).data.tags for a in result["attempts"]}
     assert tags["baseline"]["perfgate.env.torch_threads"] == "2"
     assert tags["candidate"]["perfgate.env.torch_threads"] == "1"
@@ -206,7 +207,8 @@ def test_keyboard_interrupt_stays_an_interrupt():
 def test_sys_exit_0_in_an_in_process_step_is_no_accept(sqlite_uri, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["compare", "--workload", f"{HOSTILE}:exiter", *FIXED_SETS, "--set", "fail_at=1000",
-              "--change", "fail_at=0", "--attempts", "1", "--in-process", "--min-valid-runs", "1", "--no-progress"])
+              "--change", "fail_at=0", "--attempts", "1", "--in-process", "--min-valid-runs", "1", "--no-progress",
+              *SPEC_FLAGS])
     assert exit_info.value.code == 3  # rerun: the candidate has no valid attempt
     assert "decision run:" in capsys.readouterr().out
     run = MlflowClient().search_runs(
@@ -324,7 +326,7 @@ def test_a_pipeline_diagnoses_and_compares_in_children_of_one_warm_server(sqlite
         server = runner.status()["pid"]
         out = pipeline(name, conditions, attempts=2, steps=2, threads=1, timeout_s=120, capacity_mib=5.0,
                        fallback_change={"checkpoint": True},
-                       progress=False, runner=runner, min_valid_runs=2)
+                       progress=False, runner=runner, min_valid_runs=2, **SPEC)
         assert runner.servers_started == 1 and runner.status()["pid"] == server
     assert out["decision"] is not None and len(out["change"]) == 1
     rows = [line.split() for line in marker.read_text().splitlines()]

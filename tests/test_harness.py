@@ -15,6 +15,8 @@ from mlflow_perfgate.harness import candidate_change_for, compare
 from mlflow_perfgate.rules._sequential import sequential_thresholds, spent_between
 from mlflow_perfgate.tracking import TAG
 
+from configs import SPEC
+
 TINY = {"input_shape": "2,16", "warmup": 1, "steps": 3}
 HOSTILE_OK = "tests.workloads_fixtures.hostile:raiser"
 FIXED = {"model": "Hostile", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32", "device": "cpu",
@@ -23,7 +25,7 @@ FIXED = {"model": "Hostile", "input_shape": "1,1", "batch_size": 1, "dtype": "fp
 
 def test_compare_nests_interleaved_attempts_under_the_decided_comparison(sqlite_uri):
     result = compare("tinylm", TINY, {"checkpoint": True}, attempts=2, supervised=False, progress=False,
-                     min_valid_runs=2, env_mismatch="warn")
+                     min_valid_runs=2, env_mismatch="warn", **SPEC)
     client = MlflowClient()
     comparison = client.get_run(result["comparison_run_id"])
     assert result["decision_run_id"] == result["comparison_run_id"]
@@ -46,7 +48,7 @@ def test_compare_nests_interleaved_attempts_under_the_decided_comparison(sqlite_
 def test_hostile_candidate_that_kills_itself_is_a_counted_failure(sqlite_uri):
     conditions = {**FIXED, "fail_at": 1000}
     result = compare("tests.workloads_fixtures.hostile:killer", conditions, {"fail_at": 0}, attempts=2,
-                     progress=False, timeout_s=60, min_valid_runs=2)
+                     progress=False, timeout_s=60, min_valid_runs=2, **SPEC)
     # the specification: an arm without min_valid_runs successes cannot be judged, whatever killed it
     assert (result["decision"], result["reason"]) == ("rerun", "insufficient_valid_runs")
     assert result["candidate"]["failed_runs"] == 2 and result["candidate"]["attempted_runs"] == 2
@@ -93,7 +95,7 @@ def test_compare_runs_its_attempts_through_one_warm_server_closed_at_the_end(sql
 def test_a_workload_whose_import_crashes_is_failed_attempts_not_a_dead_comparison(sqlite_uri, monkeypatch):
     monkeypatch.setenv("PERFGATE_HOSTILE_IMPORT", "1")
     result = compare("tests.workloads_fixtures.crash_on_import:make", {**FIXED, "fail_at": 0}, {"fail_at": 1}, attempts=1,
-                     progress=False, timeout_s=60, runner="fork", min_valid_runs=1)
+                     progress=False, timeout_s=60, runner="fork", min_valid_runs=1, **SPEC)
     assert (result["decision"], result["reason"]) == ("rerun", "insufficient_valid_runs")
     for arm in ("baseline", "candidate"):
         assert result[arm]["failure_reasons"] == ["killed by signal SIGSEGV"]
@@ -178,7 +180,7 @@ def test_pipeline_prints_the_change_as_the_params_spell_it(sqlite_uri, capsys):
 def test_a_supervised_attempts_contention_figures_reach_mlflow(sqlite_uri):
     seen = {}
     result = compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 2}, {"checkpoint": True}, attempts=1,
-                     progress=False, min_valid_runs=1, env_mismatch="warn", timeout_s=120,
+                     progress=False, min_valid_runs=1, env_mismatch="warn", timeout_s=120, **SPEC,
                      on_attempt=lambda arm, attempt: seen.setdefault(arm, attempt))
     client = MlflowClient()
     for attempt in result["attempts"]:
@@ -226,7 +228,8 @@ def test_compare_interleave_steps_pairs_one_attempt_per_arm_per_child(sqlite_uri
 
 def test_compare_says_first_when_its_method_cannot_decide_with_so_few_attempts(sqlite_uri, capsys):
     result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 999}, attempts=2, progress=False,
-                     supervised=False, min_valid_runs=2, interleave="steps", method="paired", allow_undecidable=True)
+                     supervised=False, min_valid_runs=2, interleave="steps", method="paired", allow_undecidable=True,
+                     latency="raw")
     err = capsys.readouterr().err  # said without progress too: CI runs with --no-progress
     assert ("warning: the paired method cannot accept with 2 attempts per arm: at alpha = 0.02 its signed-rank "
             "test needs at least 6 complete ABBA rounds (2 give a smallest p-value of 1/4), so this comparison can "
@@ -303,7 +306,7 @@ def test_too_few_to_decide_knows_each_exact_test_s_floor():
 
 def test_compare_interleave_steps_a_failing_arm_and_in_process(sqlite_uri):
     result = compare(HOSTILE_OK, {**FIXED, "fail_at": 1000}, {"fail_at": 1}, attempts=1, progress=False,
-                     supervised=False, min_valid_runs=1, interleave="steps")
+                     supervised=False, min_valid_runs=1, interleave="steps", method="seed")
     assert result["baseline"]["valid_runs"] == 1
     assert result["candidate"]["failure_reasons"] == ["exception: RuntimeError: boom"]
 

@@ -37,7 +37,7 @@ def test_each_arm_steps_with_the_threads_and_dtype_its_factory_set():
 
 def test_the_arms_state_is_recorded_on_their_runs(sqlite_uri):
     result = compare(STATEFUL, {**FIXED, "threads_set": 2}, {"threads_set": 1}, attempts=2, progress=False,
-                     min_valid_runs=2, interleave="steps", threads=2, env_mismatch="warn")
+                     min_valid_runs=2, interleave="steps", threads=2, env_mismatch="warn", method="seed")
     seen = {}
     for attempt in result["attempts"]:
         tags = MlflowClient().get_run(attempt["run_id"]).data.tags
@@ -51,9 +51,10 @@ def test_the_arms_state_is_recorded_on_their_runs(sqlite_uri):
 def test_state_that_cannot_be_switched_per_step_refuses_step_interleaving(sqlite_uri, change, named):
     base = {**FIXED, "env_set": "ACTIVE", "mode": "a", "declare": "true"}
     with pytest.raises(InputError, match="--interleave attempts") as refused:
-        compare(STATEFUL, base, change, attempts=2, progress=False, min_valid_runs=2, interleave="steps")
+        compare(STATEFUL, base, change, attempts=2, progress=False, min_valid_runs=2, interleave="steps",
+                method="seed")
     assert named in str(refused.value)
     # whole attempts, one process each: the same comparison runs
     result = compare(STATEFUL, base, change, attempts=2, progress=False, min_valid_runs=2, interleave="attempts",
-                     env_mismatch="warn")
+                     env_mismatch="warn", method="seed")
     assert result["candidate"]["valid_runs"] == 2

@@ -20,6 +20,7 @@ from mlflow_perfgate.harness import compare
 from mlflow_perfgate.rules import Policy
 from mlflow_perfgate.rules._records import ArmSummary
 
+from configs import SPEC
 from helpers import CANDIDATE, CONDITIONS
 
 
@@ -135,7 +136,8 @@ def test_evaluate_refuses_fastest_on_attempts_logged_without_steps(sqlite_uri, c
 
 def test_a_supervised_attempt_logs_its_fastest_step(sqlite_uri):
     result = compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 3}, {"checkpoint": True}, attempts=1,
-                     progress=False, min_valid_runs=1, env_mismatch="warn", timeout_s=120, latency="fastest")
+                     progress=False, min_valid_runs=1, env_mismatch="warn", timeout_s=120, latency="fastest",
+                     **SPEC)
     client = MlflowClient()
     for attempt in result["attempts"]:
         run = client.get_run(attempt["run_id"])

@@ -22,6 +22,8 @@ from mlflow_perfgate.workloads._evidence import collect_memory_evidence
 from mlflow_perfgate.workloads._interface import describe_workload
 from mlflow_perfgate.workloads._reads import ConditionReads, read_conditions_of
 
+from configs import SPEC, SPEC_FLAGS
+
 try:
     import transformers
 except ImportError:
@@ -134,12 +136,12 @@ def test_a_quality_gate_that_cannot_fail_stops_the_comparison_at_the_first_basel
     workload = "tests.workloads_fixtures.hostile:low_quality"
     with pytest.raises(InputError, match=r"quality_tolerance 0.01 is at least the baseline's quality 0.004"):
         compare(workload, HOSTILE, {"fail_at": 999}, attempts=2, group="q", supervised=False, progress=False,
-                min_valid_runs=2)
+                min_valid_runs=2, **SPEC)
     attempts = [r for r in MlflowClient().search_runs(["0"]) if r.data.tags.get(TAG.KIND) == "attempt"]
     assert [r.data.tags[TAG.ARM] for r in attempts] == ["baseline"]
     # a tolerance below the quality decides; --allow-undecidable runs it as it is
     decided = compare(workload, HOSTILE, {"fail_at": 999}, attempts=2, group="q2", supervised=False,
-                      progress=False, min_valid_runs=2, quality_tolerance=0.0004)
+                      progress=False, min_valid_runs=2, quality_tolerance=0.0004, **SPEC)
     assert decided["decision"] in ("accept", "reject", "rerun")
     allowed = compare(workload, HOSTILE, {"fail_at": 999}, attempts=2, group="q3", **QUICK)
     assert allowed["decision"] in ("accept", "reject", "rerun")
@@ -147,6 +149,6 @@ def test_a_quality_gate_that_cannot_fail_stops_the_comparison_at_the_first_basel
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
         main(["compare", "--workload", workload, *sets, "--change", "fail_at=999", "--attempts", "2",
-              "--min-valid-runs", "2", "--in-process", "--no-progress", "--group", "q4"])
+              "--min-valid-runs", "2", "--in-process", "--no-progress", "--group", "q4", *SPEC_FLAGS])
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning:")]
     assert exit_info.value.code == 2 and len(err) == 1 and "could not fail" in err[0], err

@@ -64,7 +64,8 @@ def test_every_entry_point_runs_with_its_defaults(tmp_path, monkeypatch):
     diagnosed = _mlflow_run(tmp_path, uri, "diagnose", "input_shape=2,16", "steps=2")  # capacity_mib: its default 0
     assert diagnosed.returncode == 0, diagnosed.stdout[-3000:] + diagnosed.stderr[-3000:]
     assert "profiler_start" not in diagnosed.stderr  # the profiler's own lines go to profiler.log
-    compared = _mlflow_run(tmp_path, uri, "compare", "input_shape=2,16", "steps=2", "warmup=1", "attempts=2",
+    # its defaults: the paired method's 6 rounds at the least (fewer are refused: they could never accept)
+    compared = _mlflow_run(tmp_path, uri, "compare", "input_shape=2,16", "steps=2", "warmup=1", "attempts=6",
                            "min_valid_runs=2")
     assert compared.returncode in (0, 1, 3), compared.stdout[-3000:] + compared.stderr[-3000:]
     for arm, checkpoint, latency in (("baseline", "false", "100"), ("candidate", "true", "80")):
@@ -94,6 +95,10 @@ def test_every_entry_point_runs_with_its_defaults(tmp_path, monkeypatch):
     decisions = {r.data.tags[TAG.GROUP]: r for r in by_kind["decision"]}
     comparison = next(r for group, r in decisions.items() if group != "ep")
     assert projects[comparison.data.tags[TAG.PARENT]].data.tags["mlflow.project.entryPoint"] == "compare"
+    # the empty parameters left it to compare's configuration: the recommended one, sizes as given
+    assert comparison.data.tags[TAG.CONFIGURATION] == (
+        "paired method on p10, steps interleaved, 1 torch thread, 6 rounds; defaults: method, latency, interleave, "
+        "threads")
     recorded = decisions["ep"]  # the evaluator's own decision run: the project runs are no comparison
     assert recorded.data.tags[TAG.DECISION] == "accept" and recorded.info.status == "FINISHED"
     assert recorded.info.run_name == "decision ep: ACCEPT"

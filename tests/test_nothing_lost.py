@@ -24,6 +24,7 @@ from mlflow_perfgate.errors import InputError
 from mlflow_perfgate.tracking import TAG, AttemptDeferred, reap, sync
 from mlflow_perfgate.tracking import _journal
 
+from configs import SPEC
 from conftest import REPO
 from fault_proxy import FaultProxy
 from helpers import AT_BARRIER, BASELINE_MS, CANDIDATE, CANDIDATE_MS, CONDITIONS, log_series, start_racers
@@ -395,12 +396,13 @@ def test_compare_into_an_existing_group_is_refused_or_resumed(sqlite_uri):
     from mlflow_perfgate.harness import compare
 
     first = compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="again", supervised=False,
-                    progress=False, min_valid_runs=2, env_mismatch="warn")
+                    progress=False, min_valid_runs=2, env_mismatch="warn", **SPEC)
     with pytest.raises(InputError, match="already holds 4 attempts; pass --resume"):
-        compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="again", supervised=False, progress=False)
+        compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="again", supervised=False, progress=False,
+                **SPEC)
     # a resume may add another number of attempts: they keep the comparison's repeats condition
     again = compare("tinylm", TINY, {"checkpoint": True}, attempts=3, group="again", supervised=False,
-                    progress=False, min_valid_runs=2, env_mismatch="warn", resume=True)
+                    progress=False, min_valid_runs=2, env_mismatch="warn", resume=True, **SPEC)
     assert again["comparison_run_id"] == first["comparison_run_id"]
     assert again["decision"] in ("accept", "reject", "rerun") and again["reason"] != "single_variable_violation"
     assert again["baseline"]["attempted_runs"] == 5 and again["candidate"]["attempted_runs"] == 5
@@ -421,7 +423,8 @@ for item in ("model=sleeper", "input_shape=1,1", "batch_size=1", "dtype=fp32", "
              "measurement_method=wall", "sleep_s=60", "steps=1", "warmup=0"):
     sets += ["--set", item]
 main(["compare", "--workload", "tests.workloads_fixtures.hostile:sleeper", *sets, "--change", "sleep_s=61",
-      "--attempts", "3", "--group", "term", "--no-progress", "--timeout", "600", "--allow-undecidable"])
+      "--attempts", "3", "--group", "term", "--no-progress", "--timeout", "600", "--allow-undecidable",
+      "--method", "seed", "--interleave", "attempts"])
 """
 
 
@@ -527,7 +530,7 @@ def test_compare_resume_ends_the_attempts_a_killed_compare_left_running(sqlite_u
     from mlflow_perfgate.tracking._environment import process_identity
 
     first = compare("tinylm", TINY, {"checkpoint": True}, attempts=2, group="orphaned", supervised=False,
-                    progress=False, min_valid_runs=2, env_mismatch="warn")
+                    progress=False, min_valid_runs=2, env_mismatch="warn", **SPEC)
     client = MlflowClient()
     params = client.get_run(first["run_ids"][1]).data.params
     conditions = {k: v for k, v in params.items() if not k.startswith("perfgate.")}
@@ -543,7 +546,7 @@ def test_compare_resume_ends_the_attempts_a_killed_compare_left_running(sqlite_u
             first["run_ids"][0]).data.params.items() if not k.startswith("perfgate.")})
         client.set_tag(live.run_id, TAG.SUPERVISOR, process_identity(alive.pid))  # another compare, still going
         again = compare("tinylm", TINY, {"checkpoint": True}, attempts=1, group="orphaned", supervised=False,
-                        progress=True, min_valid_runs=2, env_mismatch="warn", resume=True)
+                        progress=True, min_valid_runs=2, env_mismatch="warn", resume=True, **SPEC)
         err = capsys.readouterr().err
         assert "ended 1 attempt run left RUNNING by a process that is gone" in err
         run = client.get_run(orphan.run_id)

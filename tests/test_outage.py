@@ -11,6 +11,7 @@ import mlflow_perfgate as pg
 from mlflow_perfgate.cli import main
 from mlflow_perfgate.tracking import TAG, parse_duration, reap, sync
 
+from configs import SPEC
 from conftest import free_port, start_mlflow_server, stop_server
 from helpers import CANDIDATE, CONDITIONS
 
@@ -36,7 +37,7 @@ def test_server_killed_in_the_middle_of_a_comparison_then_sync_loses_nothing(tmp
         with pytest.raises(Exception):  # the final evaluate cannot reach the server
             compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 2}, {"checkpoint": True}, attempts=3,
                     group="outage", experiment_name="outage", supervised=False, progress=False,
-                    on_attempt=kill_after_two, min_valid_runs=3, env_mismatch="warn")
+                    on_attempt=kill_after_two, min_valid_runs=3, env_mismatch="warn", **SPEC)
         assert len(seen) == 6  # the series went on without the server
         server["process"] = start_mlflow_server(tmp_path / "srv", port)[0]  # same store, same port
         assert sync() == {"pending_before": 4, "sent": 4, "already_present": 0}

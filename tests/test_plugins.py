@@ -141,7 +141,8 @@ change = {{checkpoint = true}}
 """)
     done = cli(site, "suite", "run", str(suite), "--no-progress")
     assert done.returncode in (0, 1, 3), done.stdout + done.stderr
-    assert "latency, toy, non_regression" in done.stdout  # judged, and gated, by the plugin's method
+    # judged, and gated, by the plugin's method, on compare's default figure (p10)
+    assert "latency (p10), toy, non_regression" in done.stdout
     row = pg.decisions(experiment_name=EXPERIMENT, suite="toys").iloc[0]
     assert row["method"] == "toy" and row["suite_entry"] == "checkpoint"
 

@@ -79,14 +79,23 @@ def _mlproject_defaults() -> list[tuple[str, str, object]]:
             for name, spec in point.get("parameters", {}).items() if isinstance(spec, dict) and "default" in spec]
 
 
+#: The entry points that run their attempts: what they leave empty is the command's configuration (harness.configure).
+CONFIGURED = {"main", "compare"}
+CONFIGURED_NAMES = {"method", "latency", "interleave", "attempts", "steps", "threads"}
+
+
 def test_mlproject_defaults_agree_with_the_policy():
     defaults = Policy().options()
     checked = 0
     for entry, name, value in _mlproject_defaults():
-        if name in defaults:
+        if entry in CONFIGURED and name in CONFIGURED_NAMES:
+            # left to the comparison's configuration: the recommended one, falling back per comparison
+            assert value == "", f"MLproject {entry}.{name} = {value!r}: leave it to the configuration ('')"
+            checked += 1
+        elif name in defaults:
             assert value == defaults[name], f"MLproject {entry}.{name} = {value!r}, Policy says {defaults[name]!r}"
             checked += 1
-    assert checked >= 8  # the thresholds of evaluate, main's, method and mode of compare, ...
+    assert checked >= 20  # the thresholds of evaluate, main's, mode of compare, the configured ones of both, ...
 
 
 def test_cli_options_and_help_come_from_the_settings():
@@ -106,7 +115,8 @@ def test_latency_is_a_decision_option_of_every_deciding_command():
     runner = CliRunner()
     for command in ("evaluate", "compare", "pipeline"):
         text = " ".join(runner.invoke(cli, [command, "--help"], terminal_width=200).output.split())
-        assert "--latency [raw|uncontended|fastest|p10]" in text and "[default: raw]" in text, command
+        default = "[default: raw]" if command == "evaluate" else "[default: p10; raw with --method seed]"
+        assert "--latency [raw|uncontended|fastest|p10]" in text and default in text, command
     refused = runner.invoke(cli, ["evaluate", "--group", "g", "--latency", "quiet"])
     assert refused.exit_code == 2 and "'quiet' is not one of 'raw', 'uncontended', 'fastest', 'p10'" in refused.output
     assert collect_policy({"latency": "uncontended", "method": "robust"}) == {"latency": "uncontended",

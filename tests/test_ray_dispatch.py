@@ -355,7 +355,9 @@ def test_a_worker_killed_mid_entry_fails_its_attempts_and_the_entry_reruns_elsew
     workers = {on_cluster.node_id(name) for name in ("worker1", "worker2")}
     marker = tmp_path / "stall"
     marker.write_text("stall the candidate until its node is killed")
-    victim = _entry("ray-victim", workload="tests.workloads_fixtures.ray_stall:make", conditions=FULL)
+    # whole attempts: the baseline's attempt ends before the candidate's stalls (a round's child would hold both)
+    victim = _entry("ray-victim", workload="tests.workloads_fixtures.ray_stall:make", conditions=FULL,
+                    interleave="attempts")
     other = _entry("ray-other")
     killed: dict = {}
     dispatched = threading.Event()

@@ -119,7 +119,14 @@ def test_a_suite_file_merges_its_defaults_and_picks_each_objective_s_method():
     lat, mem, rec = spec.entries
     assert spec.name == "override" and spec.alpha == 0.1 and lat.group == "override/lat"
     assert lat.conditions == {"input_shape": "2,16", "steps": 3} and lat.policy.min_valid_runs == 3
-    assert (lat.policy.method, mem.policy.method, rec.policy.method) == ("robust", "seed", "paired")
+    # an entry that runs takes compare's defaults (paired on p10, steps interleaved; memory: seed on raw),
+    # a collected one robust unless told
+    assert (lat.policy.method, mem.policy.method, rec.policy.method) == ("paired", "seed", "paired")
+    assert (lat.policy.latency, mem.policy.latency, lat.interleave, mem.interleave, lat.threads) == (
+        "p10", "raw", "steps", "steps", 1)
+    assert mem.configuration.fallbacks == ("method seed: the paired method does not judge the memory objective in "
+                                           "improvement mode",)
+    assert parse_suite({"suite": {"name": "n", "groups": ["g"]}}).entries[0].policy.method == "robust"
     assert not rec.runs and rec.max_attempts == 16 and rec.max_looks == 7 and rec.look_at(4) == 1
     assert rec.look_at(5) == 2 and rec.look_at(6) == 2 and rec.look_at(7) == 3 and rec.look_at(99) == 7
     assert spec.tail_share == 0.1 and spec.settings()["tail_share"] == 0.1  # the default, logged

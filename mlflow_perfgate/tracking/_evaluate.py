@@ -184,7 +184,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
                        for v in views),
         decision_key=decision_key(group, views, policy.options(), env_mismatch=env_mismatch, look=look,
                                   max_looks=max_looks, waiting=len(waiting), **context),
-        verdict=verdict, reason=reason, warnings=warnings, duplicate_run_ids=tuple(found.duplicates))
+        verdict=verdict, reason=reason, warnings=warnings, duplicate_run_ids=tuple(found.duplicates),
+        configuration=None if parent is None else parent.data.tags.get(TAG.CONFIGURATION))
     if dry_run:
         return evaluation.to_dict()
     return _write(evaluation, found, parent, mlflow_client, stale_after_s)

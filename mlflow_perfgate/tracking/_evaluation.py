@@ -100,6 +100,8 @@ class Evaluation:
     view_key: str | None = None
     view_url: str | None = None
     report: str | None = None
+    #: the comparison run's ``perfgate.configuration``: how its attempts were measured and judged, in words
+    configuration: str | None = None
 
     # what the decision is, as the decision run's params, tags and metrics read it
     @property
@@ -180,6 +182,8 @@ class Evaluation:
             decision_key=self.decision_key, decision_run_id=self.decision_run_id,
             decision_run_url=self.decision_run_url, view_key=self.view_key, view_url=self.view_url,
             report=self.report)
+        if self.configuration is not None:
+            result["configuration"] = self.configuration
         if self.reconciled_run_ids is not None:
             result["reconciled_run_ids"] = list(self.reconciled_run_ids)
         return result

@@ -181,6 +181,8 @@ def decision_markdown(result: dict) -> str:
     judged = judged_text(result)
     if judged:
         lines.append(f"- judged: {judged}")
+    if result.get("configuration"):
+        lines.append(f"- configuration: {md.text(result['configuration'])}")
     if decision == "blocked_by_correctness":
         lines.append(f"- issues: {md.text(', '.join(result.get('issues', [])) or 'n/a')}")
         lines.append(f"- first failure: {md.code(result.get('first_failure'))}; reproducible: "
@@ -270,6 +272,15 @@ def _without(command: list[str], flags: dict[str, int]) -> list[str]:
     return kept
 
 
+def _noise_cuts(result: dict) -> str:
+    """What cuts the noise a rerun met: the recommended configuration, unless it ran under it already."""
+    recommended = (result.get("method") == "paired" and result.get("latency") == "p10"
+                   and "steps interleaved" in str(result.get("configuration") or ""))
+    if recommended:
+        return "a quieter machine, or more measured steps per attempt (--steps)"
+    return "--interleave steps --method paired --latency p10 (compare's defaults), a quieter machine"
+
+
 def next_step(result: dict, command: list[str] | None = None) -> str | None:
     """What to do about a rerun, in one line (``None`` for another verdict).
 
@@ -288,12 +299,12 @@ def next_step(result: dict, command: list[str] | None = None) -> str | None:
         return f"next: mlflow-perfgate sync, then mlflow-perfgate evaluate --group {shlex.quote(group)}"
     if reason == "contention":
         return ("next: run it on a quieter machine, or judge a figure a neighbour disturbs less "
-                "(--interleave steps --latency p10)")
+                "(--interleave steps --latency p10, compare's defaults)")
     needed = result.get("recommended_attempts")
     if isinstance(needed, (int, float)) and needed > RESOLVABLE_ATTEMPTS:
         return (f"next: about {needed:.0f} attempts per arm would be needed: the effect is below what this machine "
-                "resolves at this noise; cut the noise (--interleave steps --method paired --latency p10, a quieter "
-                "machine) or accept that this change cannot be told apart here")
+                f"resolves at this noise; cut the noise ({_noise_cuts(result)}) or accept that this change cannot be "
+                "told apart here")
     if not isinstance(needed, (int, float)) or needed < 1:
         return "next: add attempts (a new comparison with more --attempts, or --until-decisive)"
     if command and len(command) > 1 and command[1] in ("compare", "pipeline"):

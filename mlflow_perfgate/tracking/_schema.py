@@ -129,6 +129,11 @@ class TAG:
     #: On a comparison run: ``attempts`` (ABBA attempts, each in its own child) or ``steps`` (both
     #: arms in one child per round, their measured steps interleaved).
     INTERLEAVE = "perfgate.interleave"
+    #: On a comparison run: how it was measured and judged, in words: the method and figure, the
+    #: interleaving, threads, rounds and steps, which of them were the defaults, and why a value of
+    #: the recommended configuration did not apply (``harness.Configuration.text``); the report
+    #: shows it.
+    CONFIGURATION = "perfgate.configuration"
     #: On the comparison run of a sequential comparison (``compare --until-decisive`` with more
     #: than one look): the look it reached (an int) and its planned last look. ``evaluate`` of the
     #: group judges at that look, its levels spent as the comparison's were, unless told a look.
