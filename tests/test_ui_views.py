@@ -6,7 +6,9 @@ and links ``#/experiments/<id>/runs?viewStateShareKey=<key>`` from its report. O
 attempts and the decision run left out), with the arm, the outcome, the round, the decision's
 figures rounded (``perfgate.rounded.<metric>``: the UI's table cannot round a metric, and the
 metrics keep every digit) and the changed variable as columns, in that order; and with
-``&compareRunsMode=CHART``, the same runs as charts of their metrics.
+``&compareRunsMode=CHART``, the same runs as charts: the judged figure's first, then the figures
+the decision checks, the ten others in a closed section, where the UI alone would lay out the
+fourteen charts in alphabetical order, all open.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import mlflow_perfgate as pg
 from mlflow_perfgate.rules._records import plain
 from mlflow_perfgate.tracking import _views
 
-from helpers import log_series
+from helpers import CANDIDATE, CONDITIONS, log_series
 from test_ui_browser import GROUP, browser, decision_server, log_measured_series  # noqa: F401 - fixtures
 from test_ui_browser import pytestmark as browser_marks
 
@@ -124,18 +126,52 @@ def test_the_decision_links_a_prepared_view_of_its_attempts(decision_server, bro
     table = browser.evaluate("document.querySelector('.ag-root').innerText")
     assert not [text for text in unrounded.values() if text in table]  # every digit is not what one reads
 
-    # (b) the same runs as charts of their metrics
+    # (b) the charts: the judged figure's first, then the checked ones; the others closed
     browser.send("Emulation.setDeviceMetricsOverride",
                  {"width": 1600, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
     browser.goto(f"{url}/{_page(result['view_url'])}&compareRunsMode=CHART")
-    browser.wait_for(
+    charts = browser.wait_for(
         f"""(() => {{
-            const text = document.body.innerText;
-            return text.includes('{len(attempts)} matching runs') && text.includes('latency_ms')
-                && document.querySelectorAll('canvas, svg').length > 0;
+            const CARD = '[data-testid="experiment-view-compare-runs-card"]';
+            const area = document.querySelector('[data-testid="experiment-view-compare-runs-chart-area"]');
+            if (!area || !document.body.innerText.includes('{len(attempts)} matching runs')) return null;
+            const card = c => ({{
+                title: c.querySelector('h4') ? c.querySelector('h4').innerText.trim() : '',
+                labels: [...c.querySelectorAll('text.bartext')].map(t => t.textContent.trim()),
+            }});
+            const sections = [...area.querySelectorAll('.du-bois-light-collapse-item')].map(s => {{
+                const header = s.querySelector('[aria-expanded]');
+                return {{header: header.innerText.replace(/\\s+/g, ' ').trim(),
+                         open: header.getAttribute('aria-expanded') === 'true',
+                         charts: [...s.querySelectorAll(CARD)].map(card)}};
+            }});
+            const first = sections[0];
+            const drawn = first && first.charts.length === {len(FIGURES)}
+                && first.charts.every(c => c.labels.length === {len(attempts)});
+            return drawn ? sections : null;
         }})()""",
-        "the attempts as charts (latency_ms), the same runs",
+        "the decision's charts, the judged figure's first, each bar labelled",
     )
+    first, *rest = charts
+    assert first["open"] and first["header"].startswith("Judged latency_ms") and "(4)" in first["header"]
+    assert [chart["title"] for chart in first["charts"]] == FIGURES  # as shown, top left first
+    # the UI labels each bar with its value to 2 decimals (the metric keeps every digit)
+    assert sorted(first["charts"][0]["labels"]) == sorted(f"{v['latency_ms']:.2f}" for v in figures.values())
+    (others,) = rest
+    assert others["header"].startswith("Model metrics (10)")  # the other ten metrics' charts,
+    assert not others["open"] and not others["charts"]  # closed: not drawn until opened
+    browser.click(".du-bois-light-collapse-item:nth-of-type(2) > .du-bois-light-collapse-header",
+                  "the header of the closed section")
+    opened = browser.wait_for(
+        """(() => {
+            const section = document.querySelectorAll('.du-bois-light-collapse-item')[1];
+            const titles = [...section.querySelectorAll('[data-testid="experiment-view-compare-runs-card"] h4')]
+                .map(h => h.innerText.trim());
+            return titles.length ? titles : null;
+        })()""",
+        "the other metrics' charts once their section is opened",
+    )
+    assert opened == sorted(opened) and not set(opened) & set(FIGURES)  # (the UI draws those in sight)
 
 
 def test_the_view_follows_the_judged_figure_and_tags_only_what_changed(sqlite_uri, monkeypatch):
@@ -154,8 +190,11 @@ def test_the_view_follows_the_judged_figure_and_tags_only_what_changed(sqlite_ur
     second = pg.evaluate_group("p10-check", latency="p10")
     assert second["view_key"] != first["view_key"]
     state = _state(client, second)
-    assert state["selectedColumns"][3:8] == [f"tags.`perfgate.rounded.{metric}`" for metric in (
-        "step_p10_ms", "latency_ms", "step_mean_ms", "step_p95_ms", "quality")]
+    charts = [chart["metricKey"] for chart in state["compareRunCharts"]
+              if chart["metricSectionId"] == "perfgate-decision"]
+    assert charts == ["step_p10_ms", "latency_ms", "step_mean_ms", "step_p95_ms", "quality"]
+    assert state["compareRunSections"][0]["name"] == "Judged step_p10_ms + checks"
+    assert state["selectedColumns"][3:8] == [f"tags.`perfgate.rounded.{metric}`" for metric in charts]
     # one write per attempt, of the one new figure (the decision run's own writes aside)
     p10 = {run_id: client.get_run(run_id).data.metrics["step_p10_ms"] for run_id in attempt_ids}
     assert sorted(write for write in writes if write[0] in attempt_ids) == sorted(
@@ -164,3 +203,20 @@ def test_the_view_follows_the_judged_figure_and_tags_only_what_changed(sqlite_ur
         tags = client.get_run(run_id).data.tags
         assert {name: tags[name] for name in ROUNDED} == {name: before[run_id][name] for name in ROUNDED}
 
+
+def test_a_view_of_many_metrics_leaves_the_others_charts_to_the_ui(sqlite_uri, monkeypatch):
+    """Past an experiment tag's 20,000 characters, the view leaves out the charts of the metrics that
+    are not the decision's (the UI draws its own for them, in the same closed section)."""
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "perfgate-view-many")
+    extras = {f"counter_{index:03d}_of_a_long_named_profiler_figure": float(index) for index in range(120)}
+    for arm, conditions, values in (("baseline", CONDITIONS, (100, 102, 99, 101, 100)),
+                                    ("candidate", CANDIDATE, (88, 90, 89, 91, 87))):
+        for value in values:
+            pg.log_attempt("many", arm, conditions, latency_ms=value, quality=0.9, metrics=extras)
+    result = pg.evaluate_group("many")
+    assert result["view_key"] and not [w for w in result["warnings"] if "view" in w]
+    state = _state(MlflowClient(), result)
+    assert [chart["metricKey"] for chart in state["compareRunCharts"]] == ["latency_ms", "quality"]
+    assert [section["name"] for section in state["compareRunSections"]] == ["Judged latency_ms + checks",
+                                                                            "Model metrics"]
+    assert len(json.dumps(state, sort_keys=True)) <= _views.MAX_EXPERIMENT_TAG_VALUE

@@ -5,10 +5,10 @@ MLflow's UI (3.17) reads a view of an experiment's runs page from an experiment 
 (``#/experiments/<id>/runs?viewStateShareKey=<key>``). The tag's value is the view as JSON (the
 UI also reads it compressed): its search facets (``searchFilter``, ``orderByKey``,
 ``orderByAsc``, ``startTime``, ``lifecycleFilter``) and its UI state (``selectedColumns``,
-``columnOrder``, ``columnWidths``, ``runsHiddenMode``, ...; the runs pinned, hidden or expanded
-are not shared), over the UI's defaults. Column keys read ``params.`name```, ``metrics.`name```,
-``tags.`name```. ``&compareRunsMode=CHART`` opens the same runs as charts (a bar per attempt for
-each metric).
+``columnOrder``, ``columnWidths``, ``runsHiddenMode``, the charts ``compareRunCharts`` and their
+sections ``compareRunSections``, ``isAccordionReordered``, ...; the runs pinned, hidden or
+expanded are not shared), over the UI's defaults. Column keys read ``params.`name```,
+``metrics.`name```, ``tags.`name```. ``&compareRunsMode=CHART`` opens the same runs as charts.
 
 The view of a decision lists its group's attempts (the filter is the group's), baseline first.
 Its figures (:func:`figures`) are the one judged (the objective's metric, or the latency the
@@ -22,11 +22,21 @@ policy judges), then the others the decision checks: the typical, mean and tail 
   attempt, the tag ``perfgate.rounded.<metric>`` (four significant digits, as the report
   writes them), and the view's columns are those tags. The metrics keep every digit; they are
   a click away (the table's **Columns**, the charts, the run page). A tag sorts as text.
+- The charts: the judged figure's chart first, then the other figures', in one open section
+  (``Judged <metric> + checks``, two charts a row); every other metric's chart, alphabetically,
+  in a closed section (``Model metrics``, and ``System metrics`` for ``system/`` metrics). Left
+  to itself, the UI lays out one chart per metric in alphabetical order, all open. Each chart is
+  MLflow's own (a bar per attempt in its arm's colour, each bar labelled with its value to 2
+  decimals, the UI's fixed rounding; a line for a metric with a history); a metric the attempts
+  log after the decision gets the UI's own chart, at the end of its section. A view too long
+  for an experiment tag (a hundred metrics) leaves the other metrics' charts to the UI, which
+  draws them in the same closed section.
 
 Its key is a digest of the view, so writing it again (a twin evaluator, a re-decision) writes
 the same tag; the rounded tags are written only where an attempt lacks them or holds others.
 ``tests/test_ui_views.py`` checks in the real UI (a server, headless Chromium) that the page
-shows exactly the group's attempts with these columns and the rounded figures.
+shows exactly the group's attempts with these columns, the rounded figures, and the charts in
+this order.
 """
 
 from __future__ import annotations
@@ -49,6 +59,12 @@ __all__ = ["attach_link", "decision_view", "figures", "rounded_tags", "view_key"
 
 #: The MLflow UI's limit on an experiment tag's value (``MAX_EXPERIMENT_TAG_VAL_LENGTH``).
 MAX_EXPERIMENT_TAG_VALUE = 20000
+#: The UI's names of its default chart sections (MLflow's ``Model metrics`` and ``System metrics``):
+#: a metric without a chart in the view gets the UI's own in the section of its kind's name.
+MODEL_SECTION, SYSTEM_SECTION = "Model metrics", "System metrics"
+SYSTEM_METRIC_PREFIX = "system/"
+#: The name of the section of the decision's figures (the UI shows some 30 characters of it).
+DECISION_SECTION = "Judged {metric} + checks"
 #: The rounded tags are written to a server this many attempts at a time.
 WRITE_THREADS = 8
 
@@ -85,8 +101,50 @@ def _width(name: str) -> int:
     return max(100, 7 * len(name) + 40)
 
 
-def decision_view(evaluation: Evaluation) -> dict:
-    """The view state of a decision's attempts (a JSON-ready dict in the UI's format)."""
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _bar(metric: str, section: str) -> dict:
+    """One of MLflow's bar chart cards (its ``RunsChartsBarCardConfig``), for ``metric``, as the UI
+    makes its own (``isGenerated``: it draws a metric with a history as lines, as it does for its
+    own; the experiment page titles a chart by its metric, whatever its ``displayName``). The
+    uuid is a digest of the metric, so the view's key is the same each time."""
+    return {"uuid": f"perfgate-chart-{_digest(metric)}", "type": "BAR", "runsCountToCompare": 10,
+            "metricSectionId": section, "deleted": False, "isGenerated": True, "metricKey": metric,
+            "displayName": metric.rsplit("/", 1)[-1]}
+
+
+def _section(uuid: str, name: str, *, display: bool, **layout) -> dict:
+    # isReordered: a chart the UI adds to the section goes to its end, not in alphabetical order
+    return {"uuid": uuid, "name": name, "display": display, "isReordered": True, "deleted": False,
+            "isGenerated": False, **layout}
+
+
+def _charts(evaluation: Evaluation, shown: list[str], others: bool = True) -> dict:
+    """The charts' UI state: the decision's figures in an open section, the judged one first; the
+    other metrics' (``others``) in closed sections of the UI's names."""
+    # two charts a row (the UI's three leave a chart's title a few letters long)
+    sections = [_section("perfgate-decision", DECISION_SECTION.format(metric=shown[0]), display=True, columns=2),
+                _section("perfgate-model-metrics", MODEL_SECTION, display=False)]
+    charts = [_bar(metric, "perfgate-decision") for metric in shown]
+    rest = sorted(_logged(evaluation) - set(shown))
+    if any(metric.startswith(SYSTEM_METRIC_PREFIX) for metric in rest):
+        sections.append(_section("perfgate-system-metrics", SYSTEM_SECTION, display=False))
+    if others:
+        charts += [_bar(metric, "perfgate-system-metrics" if metric.startswith(SYSTEM_METRIC_PREFIX)
+                        else "perfgate-model-metrics") for metric in rest]
+    return {"compareRunCharts": charts, "compareRunSections": sections, "isAccordionReordered": True,
+            "hideEmptyCharts": True}
+
+
+def decision_view(evaluation: Evaluation, *, other_charts: bool = True) -> dict:
+    """The view state of a decision's attempts (a JSON-ready dict in the UI's format).
+
+    ``other_charts=False`` leaves out the charts of the metrics that are not the decision's
+    figures (the UI then draws its own for them, in the same closed section): for a view that
+    would not fit in an experiment tag otherwise.
+    """
     shown = figures(evaluation)
     rounded = [name for name in map(_rounded_name, shown) if name]
     # what a person reads first: each attempt's arm, outcome and round, then the figures
@@ -106,6 +164,7 @@ def decision_view(evaluation: Evaluation) -> dict:
         "columnOrder": columns,
         "columnWidths": {_column("tags", name): _width(name) for name in rounded},
         "runsHiddenMode": "SHOW_ALL",
+        **_charts(evaluation, shown, others=other_charts),
     }
 
 
@@ -165,6 +224,9 @@ def write_view(mlflow_client, evaluation: Evaluation) -> str | None:
     """
     view = decision_view(evaluation)
     text = json.dumps(view, sort_keys=True)
+    if len(text) > MAX_EXPERIMENT_TAG_VALUE:  # many metrics: the UI draws the others' charts itself
+        view = decision_view(evaluation, other_charts=False)
+        text = json.dumps(view, sort_keys=True)
     if len(text) > MAX_EXPERIMENT_TAG_VALUE:
         evaluation.warnings.append("the attempts' view is too long for an experiment tag; not written")
         return None
