@@ -89,8 +89,9 @@ def test_the_attempts_view_reads_arm_outcome_round_and_the_judged_figure_first_i
     client = MlflowClient()
     experiment = client.get_experiment(result["experiment_id"])
     state = json.loads(experiment.tags[f"mlflow.sharedViewState.{result['view_key']}"])
+    # the figures rounded (tags: MLflow's table cannot round a metric; tests/test_ui_views.py)
     assert state["selectedColumns"][:5] == ["tags.`perfgate.arm`", "tags.`perfgate.ok`", "tags.`perfgate.pair`",
-                                            "metrics.`latency_ms`", "metrics.`quality`"]
+                                            "tags.`perfgate.rounded.latency_ms`", "tags.`perfgate.rounded.quality`"]
     assert state["selectedColumns"][5:] == ["params.`checkpoint`", "tags.`perfgate.failure`"]
     for run_id in ids:
         run = client.get_run(run_id)

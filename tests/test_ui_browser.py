@@ -21,6 +21,7 @@ import os
 import select
 import shutil
 import signal
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ from mlflow.tracking import MlflowClient
 import mlflow_perfgate as pg
 
 from conftest import start_mlflow_server, stop_server
-from helpers import log_series
+from helpers import CANDIDATE, CONDITIONS
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run")
@@ -232,11 +233,39 @@ def browser(tmp_path):
     chrome.close()
 
 
+#: Each arm's typical step (ms): the candidate about 11% faster.
+STEP_BASE_MS = {"baseline": 100.0, "candidate": 89.0}
+
+
+def _steps(arm: str, attempt: int) -> list[float]:
+    """An attempt's five measured steps: times of many digits, as a real clock gives (the view must
+    show them rounded), spread over 1.5 ms."""
+    return [STEP_BASE_MS[arm] + ((attempt * 5 + step) * 0.6180339887) % 1.5 for step in range(5)]
+
+
+def log_measured_series(group: str) -> list[str]:
+    """Five attempts per arm of a measured comparison, each in its ABBA round: step times (so the
+    step figures), the contention figures, memory, throughput and wall time: fourteen metrics, as
+    ``compare`` logs them; returns the run ids."""
+    ids = []
+    for arm, conditions, quality in (("baseline", CONDITIONS, 0.9), ("candidate", CANDIDATE, 0.895)):
+        for index in range(5):
+            steps = _steps(arm, index)
+            latency = statistics.median(steps)
+            extras = {"peak_mem_mib": 412.3377 + index, "throughput_tok_s": 512 * 1000 / latency,
+                      "attempt_wall_s": sum(steps) / 1000 + 1.21733, "runq_wait_ms": 0.8123 + index / 7,
+                      "cpu_ms": sum(steps) * 0.98765, "wait_share": 0.00812347, "nivcsw": 3 + index}
+            ids.append(pg.log_attempt(group, arm, conditions, latency_ms=latency, quality=quality,
+                                      step_times_ms=list(steps), metrics=extras, pair=index))
+    return ids
+
+
 @pytest.fixture
 def decision_server(sqlite_uri, tmp_path, monkeypatch):
-    """A decision of group ``ui-check`` in a fresh SQLite store, served by a real ``mlflow server``."""
+    """A decision of group ``ui-check`` (:func:`log_measured_series`) in a fresh SQLite store, served by a
+    real ``mlflow server``."""
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", EXPERIMENT)
-    attempt_ids = log_series(GROUP)
+    attempt_ids = log_measured_series(GROUP)
     result = pg.evaluate_group(GROUP)
     assert result["decision"] == "accept"
     client = MlflowClient(tracking_uri=sqlite_uri)

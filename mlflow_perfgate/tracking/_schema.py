@@ -209,10 +209,21 @@ class TAG:
     #: A run's colour in the MLflow UI (its run list and charts): an attempt's is its arm's (``ARM_COLORS``).
     RUN_COLOR = "mlflow.runColor"
 
+    #: Prefix of an attempt's rounded figures (:meth:`rounded`).
+    ROUNDED_PREFIX = "perfgate.rounded."
+
     @staticmethod
     def method_decision(method: str) -> str:
         """What a method said on a decision run judged by several (``perfgate.seed_decision``, ...)."""
         return f"perfgate.{method}_decision"
+
+    @staticmethod
+    def rounded(metric: str) -> str:
+        """On an attempt: one of its metrics as a person reads it (``perfgate.rounded.latency_ms`` =
+        ``11.28``: four significant digits, ``rules`` ``plain``), written by a decision whose view of
+        the attempts shows that figure (``tracking._views``). MLflow 3.17's runs table shows a
+        metric with every digit and has no setting to round it; the metric itself keeps them all."""
+        return TAG.ROUNDED_PREFIX + metric
 
 
 class METRIC:
