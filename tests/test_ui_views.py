@@ -175,14 +175,21 @@ def test_the_decision_links_a_prepared_view_of_its_attempts(decision_server, bro
 
 
 def test_the_view_follows_the_judged_figure_and_tags_only_what_changed(sqlite_uri, monkeypatch):
-    """A decision on another latency (``p10``) puts its figure first and adds its rounded tag; the
-    figures an earlier decision rounded are not written again."""
+    """A decision on another latency (``p10``) puts its figure first; an attempt carries its rounded
+    figures from the start (logged with it), and a decision writes only one it lacks (an attempt
+    logged by an earlier release), leaving the others as they were."""
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "perfgate-view-p10")
     attempt_ids = log_measured_series("p10-check")
     client = MlflowClient()
+    for run_id in attempt_ids:  # logged with the attempt, in its own log_batch
+        tags, metrics = client.get_run(run_id).data.tags, client.get_run(run_id).data.metrics
+        assert tags["perfgate.rounded.step_p10_ms"] == plain(metrics["step_p10_ms"])
+        assert tags["perfgate.rounded.latency_ms"] == plain(metrics["latency_ms"])
+        client.delete_tag(run_id, "perfgate.rounded.step_p10_ms")  # as an earlier release logged it
     first = pg.evaluate_group("p10-check")
     assert first["decision"] == "accept"
     before = {run_id: client.get_run(run_id).data.tags for run_id in attempt_ids}
+    assert all("perfgate.rounded.step_p10_ms" not in tags for tags in before.values())  # not a figure it shows
     writes = []
     real = _views._client.log_batch
     monkeypatch.setattr(_views._client, "log_batch",

@@ -43,7 +43,9 @@ def entities(result: _Result) -> tuple[list[Metric], dict[str, str]]:
     metrics += [Metric(METRIC.STEP_TIME, value, now, step) for step, value in enumerate(result.step_times_ms)]
     for key, values in result.histories.items():
         metrics += [Metric(key, value, now, step) for step, value in enumerate(values) if value is not None]
-    return metrics, result.result_tags()
+    from ._views import logged_rounded  # the figures as a person reads them, for the decision's view
+
+    return metrics, {**logged_rounded(result.metrics), **result.result_tags()}
 
 
 def log_attempt(

@@ -47,7 +47,7 @@ import json
 import shlex
 
 from ..rules._errors import StoreError
-from ..rules._policy import STEP_FIGURES
+from ..rules._policy import LATENCY_KEYS, STEP_FIGURES
 from ..rules._records import plain
 from . import _client
 from ._evaluation import Evaluation
@@ -180,6 +180,17 @@ def view_link(tracking_uri: str, experiment_id: str, key: str) -> str:
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/{page}"
     return f"mlflow ui --backend-store-uri {shlex.quote(uri)}, then open http://127.0.0.1:5000/{page}"
+
+
+def logged_rounded(metrics: dict[str, float]) -> dict[str, str]:
+    """The rounded tags an attempt carries from the start (written in its own ``log_batch``): those of
+    the figures a decision's view can show (every latency figure, the step figures, ``quality``, the
+    registered objectives' metrics) that it logged, so a decision seldom has one to write."""
+    from ._judge import objective_metrics
+
+    shown = (METRIC.LATENCY, *LATENCY_KEYS.values(), *STEP_FIGURES.values(), METRIC.QUALITY, *objective_metrics())
+    return {_rounded_name(key): plain(metrics[key]) for key in dict.fromkeys(shown)
+            if key in metrics and metrics[key] is not None and _rounded_name(key)}
 
 
 def rounded_tags(view: AttemptView, metrics: list[str]) -> dict[str, str]:
