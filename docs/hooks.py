@@ -147,18 +147,37 @@ _SCHEMA_TITLES = {
 }
 
 
-def schema_markdown() -> str:
+def _records_naming(value: str, rows: list[tuple[str, str]]) -> str:
+    """The records of the hand-kept table whose row names ``value`` (a key, or a pattern's fixed head)."""
+    head = value.split("<", 1)[0]
+    if len(head) < 4:
+        return ""
+    found = [record for record, row in rows if re.search("`" + re.escape(head) + (r"[`=\s|*]" if head == value
+                                                                                  else ""), row)]
+    return ", ".join(found)
+
+
+def schema_markdown(record_rows: list[tuple[str, str]]) -> str:
     entries = _schema_entries()
     out = []
     for section, (title, intro) in _SCHEMA_TITLES.items():
         if not entries.get(section):
             continue
-        out += [f"### {title}", "", intro, "", "| name in `_schema` | MLflow key or value | what it is |",
-                "|---|---|---|"]
+        columns = section in ("TAG", "METRIC", "PARAM")
+        out += [f"### {title}", "", intro, "",
+                "| name in `_schema` | MLflow key or value | " + ("on | " if columns else "") + "what the code says |",
+                "|---|---|" + ("---|" if columns else "") + "---|"]
         for name, value, doc in entries[section]:
-            out.append(f"| `{name}` | {_cell('`' + value + '`')} | {_cell(doc)} |")
+            on = f" {_records_naming(value, record_rows)} |" if columns else ""
+            out.append(f"| `{name}` | {_cell('`' + value + '`')} |{on} {_cell(doc)} |")
         out.append("")
     return "\n".join(out)
+
+
+def _record_rows(markdown: str) -> list[tuple[str, str]]:
+    table = markdown.split("<!-- perfgate:schema -->", 1)[0]
+    return [(line.split("|")[1].strip(), line) for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| record ")]
 
 
 def _known_keys() -> tuple[set[str], list[str]]:
@@ -166,26 +185,35 @@ def _known_keys() -> tuple[set[str], list[str]]:
     entries = _schema_entries()
     keys = {value for section in ("TAG", "PARAM") for _, value, _ in entries[section]}
     patterns = [re.escape(value).replace(re.escape("<method>"), r"[a-z_]+") for value in keys if "<" in value]
-    patterns += [re.escape("perfgate.env.") + r"[a-z_*]+", r"perfgate\.[a-z_]+"]  # PARAM.of(<setting>)
-    return keys, patterns
+    return keys, patterns + [re.escape("perfgate.env.") + r"[a-z_*]+"]
+
+
+def _param_spans(row: str) -> list[tuple[int, int]]:
+    """Where a row lists params: from the word ``params`` to the next ``metrics`` or ``artifacts``."""
+    spans = []
+    for match in re.finditer(r"\bparams\b", row):
+        ends = [m.start() for m in re.finditer(r"\b(metrics|artifacts)\b", row) if m.start() > match.end()]
+        spans.append((match.end(), ends[0] if ends else len(row)))
+    return spans
 
 
 def check_schema_keys(markdown: str, page: str) -> None:
-    """Warn (a strict build fails) on a tag key the hand-kept record table names and the schema does not define."""
+    """Warn (a strict build fails) on a ``perfgate.`` tag the hand-kept record table names that
+    ``_schema.py`` does not define. A decision, calibration, suite or history run's params are
+    ``PARAM.of(<setting>)``, named by the settings: any ``perfgate.<name>`` passes there."""
     keys, patterns = _known_keys()
-    tags = {value for _, value, _ in _schema_entries()["TAG"]}
     record_table = markdown.split("<!-- perfgate:schema -->", 1)[0]
     for row in (line for line in record_table.splitlines() if line.startswith("| ")):
-        kinds = row.split("|")[1].strip()
-        for key in re.findall(r"`(perfgate\.[a-z_.*<>]+)", row):
-            key = key.rstrip(".")
-            if key in keys or key.startswith("perfgate.env.") or any(
-                    re.fullmatch(p, key) for p in patterns[:-1]):
+        record = row.split("|")[1].strip()
+        spans = _param_spans(row)
+        for match in re.finditer(r"`(perfgate\.[a-z_.*<>]+)", row):
+            key = match.group(1).rstrip(".")
+            if key in keys or any(re.fullmatch(p, key) for p in patterns):
                 continue
-            if "params" in row and re.fullmatch(patterns[-1], key) and key not in tags:
-                continue  # a decision or calibration run's setting: PARAM.of(name)
+            if any(a <= match.start() < b for a, b in spans) and re.fullmatch(r"perfgate\.(<\w+>|\w+)", key):
+                continue
             log.warning("%s: the record table (%s) names %s, which tracking/_schema.py does not define",
-                        page, kinds, key)
+                        page, record, key)
 
 
 # --- the Python API ---------------------------------------------------------------------------
@@ -288,6 +316,25 @@ def ratios_svg() -> bytes:
     return buffer.getvalue().encode("utf-8")
 
 
+def results_table(path: str, heading: str, page: str) -> str:
+    """The first table under the heading of a committed results report that starts with ``heading``."""
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("#") and
+                  line.lstrip("#").strip().startswith(heading)), None)
+    if start is None:
+        log.warning("%s: %s has no heading %r", page, path, heading)
+        return ""
+    table = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            table.append(line)
+        elif table or line.startswith("#"):
+            break
+    if not table:
+        log.warning("%s: %s has no table under %r", page, path, heading)
+    return "\n".join(table)
+
+
 # --- the hooks --------------------------------------------------------------------------------
 
 def on_files(files, config):
@@ -300,7 +347,9 @@ def on_files(files, config):
 def on_page_markdown(markdown, page, config, files):
     if "<!-- perfgate:schema -->" in markdown:
         check_schema_keys(markdown, page.file.src_uri)
-        markdown = markdown.replace("<!-- perfgate:schema -->", schema_markdown())
+        markdown = markdown.replace("<!-- perfgate:schema -->", schema_markdown(_record_rows(markdown)))
     markdown = re.sub(r"<!-- perfgate:api ([\w.]+) -->", lambda m: api_markdown(m.group(1)), markdown)
     markdown = markdown.replace("<!-- perfgate:spread -->", spread_markdown())
+    markdown = re.sub(r'<!-- perfgate:results (\S+) "([^"]+)" -->',
+                      lambda m: results_table(m.group(1), m.group(2), page.file.src_uri), markdown)
     return markdown
