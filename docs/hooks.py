@@ -70,6 +70,9 @@ def _sectioned_plain_options(ctx, show_hidden: bool = False):
 def on_config(config):
     from mkdocs_click import _docs
 
+    if not all(hasattr(_docs, name) for name in ("_make_plain_options", "_show_options", "ExitStack")):
+        log.warning("mkdocs-click changed: the CLI page would lose its option sections (docs/hooks.py)")
+        return config
     _docs._make_plain_options = _sectioned_plain_options
     return config
 
