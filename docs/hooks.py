@@ -291,6 +291,7 @@ def ratios_svg() -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.ticker
     from matplotlib import pyplot as plt
 
     cells, kinds = _lab_rounds()
@@ -307,6 +308,9 @@ def ratios_svg() -> bytes:
     for effect in effects:
         ax.axhline(1 + effect, color="grey", linewidth=0.5, linestyle=":")
     ax.set_yscale("log")
+    ticks = [0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2, 1.25]
+    ax.set_yticks(ticks, [f"{t:.2f}" for t in ticks])
+    ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xticks(range(len(kinds)), kinds)
     ax.set_xlabel("neighbour kind (started and ended by the lab)")
     ax.set_ylabel("p10 step, candidate / baseline")
