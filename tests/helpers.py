@@ -122,3 +122,97 @@ def slowing_repository(repo, commits: int, slow_from: int, commit_time=None) -> 
             env={"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when} if when else None)
         shas.append(git(repo, "rev-parse", "HEAD"))
     return shas
+
+
+# --- the documentation: README.md and the site's pages under docs/ ---------------------------------
+
+def doc_path(page: str):
+    """``README.md``, or a page of the site by its path under ``docs/`` (``"how-to/ci.md"``)."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    return repo / page if page == "README.md" else repo / "docs" / page
+
+
+def _headings(text: str):
+    """``(line index, level, title)`` of each markdown heading outside code blocks."""
+    import re
+
+    found, code = [], False
+    for index, line in enumerate(text.splitlines()):
+        if line.startswith("```"):
+            code = not code
+            continue
+        match = None if code else re.match(r"^(#+) (.*)$", line)
+        if match:
+            found.append((index, len(match.group(1)), match.group(2).strip()))
+    return found
+
+
+def doc_section(page: str, title: str | None = None) -> str:
+    """A page's text under the heading ``title``, up to the next heading of its level or above
+    (code blocks skipped); the whole page when ``title`` is None."""
+    text = doc_path(page).read_text(encoding="utf-8")
+    if title is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    headings = _headings(text)
+    for position, (index, level, heading) in enumerate(headings):
+        if heading == title:
+            end = next((i for i, lv, _ in headings[position + 1:] if lv <= level), len(lines))
+            return "".join(lines[index + 1:end])
+    raise AssertionError(f"{page} has no section {title!r}")
+
+
+def blocks(text: str, language: str) -> list[str]:
+    """The fenced code blocks of ``language`` in ``text``, in order."""
+    import re
+
+    return re.findall(rf"^```{language}\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+
+
+def page_blocks(page: str) -> list[tuple[str, str, str]]:
+    """``(nearest heading above, language, code)`` of every fenced code block of a page."""
+    import re
+
+    text = doc_path(page).read_text(encoding="utf-8")
+    lines = text.splitlines()
+    headings = {index: title for index, _, title in _headings(text)}
+    found, index, heading = [], 0, ""
+    while index < len(lines):
+        line = lines[index]
+        if index in headings:
+            heading = headings[index]
+        match = re.match(r"^```(\S*)\s*$", line)
+        if match:
+            end = next(j for j in range(index + 1, len(lines)) if lines[j].startswith("```"))
+            found.append((heading, match.group(1), "\n".join(lines[index + 1:end]) + "\n"))
+            index = end
+        index += 1
+    return found
+
+
+def shim(folder):
+    """``mlflow-perfgate`` on PATH, running this checkout (``python -m mlflow_perfgate``)."""
+    import shlex
+    import stat
+    import sys
+
+    folder.mkdir()
+    script = folder / "mlflow-perfgate"
+    script.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mlflow_perfgate "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return folder
+
+
+def command_lines(block: str, program: str = "mlflow-perfgate") -> list[list[str]]:
+    """The words of each command of a shell block that runs ``program`` (continuations joined,
+    comments dropped)."""
+    import shlex
+
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words and words[0] == program:
+            commands.append(words[1:])
+    return commands

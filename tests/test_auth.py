@@ -294,3 +294,33 @@ def test_a_rejected_record_leaves_nothing_pending(server, capsys, monkeypatch):
     code, out, _ = run_cli(capsys, "sync")
     assert out.startswith("0 sent"), out  # the rejected attempt is not written behind the user's back
     assert len(group_state(experiment, "j")["attempts"]) == 10
+
+
+def test_the_docs_credentials_example_runs_against_a_basic_auth_server(server, tmp_path):
+    """docs/how-to/authentication.md's block as written, its server the test's, its user a new one."""
+    from mlflow.server.auth.client import AuthServiceClient
+
+    from helpers import blocks, doc_section, shim
+
+    block, = blocks(doc_section("how-to/authentication.md"), "bash")
+    user = "ci-perfgate"
+    assert f"export MLFLOW_TRACKING_USERNAME={user}\n" in block
+    password = f"Ci-{time.time_ns()}"
+    with as_admin(), mock.patch.dict(os.environ, {"MLFLOW_TRACKING_URI": server}):
+        try:
+            AuthServiceClient(server).create_user(user, password)
+        except Exception:  # created by an earlier run of this module's server: set its password
+            AuthServiceClient(server).update_user_password(user, password)
+    script = block.replace("https://mlflow.example.com", server)
+    experiment = f"auth-docs-{time.time_ns()}"  # a new experiment: its creator may write to it
+    env = {**{k: v for k, v in os.environ.items() if k not in CREDENTIAL_VARS},
+           "PERFGATE_MLFLOW_PASSWORD": password, "MLFLOW_EXPERIMENT_NAME": experiment,
+           "PATH": f"{shim(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}"}
+    completed = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                               text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert len(group_state(experiment, "my-change")["attempts"]) == 1
+    assert password not in completed.stdout + completed.stderr
+    wrong = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                           env={**env, "PERFGATE_MLFLOW_PASSWORD": WRONG_PASSWORD})
+    assert_one_line_error(wrong.returncode, wrong.stderr, "401")

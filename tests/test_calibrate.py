@@ -345,12 +345,12 @@ def test_calibrate_text_output(sqlite_uri, capsys):
     assert lines[-2].startswith("calibration run: ") and lines[-1].startswith("see it: ")
 
 
-def test_the_readme_s_calibrate_command_is_the_one_compare_rounds_auto_asks_for(sqlite_uri, capsys):
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Calibrate: how many rounds this machine needs", 1)[1].split("\n#", 1)[0]
-    block, = [b for b in section.split("```bash\n")[1:]]
-    calibrate_line, compare_line = block.split("```", 1)[0].replace("\\\n", " ").strip().splitlines()
-    # the README's comparison, as written, in a store without a calibration: refused before anything runs
+def test_the_docs_calibrate_command_is_the_one_compare_rounds_auto_asks_for(sqlite_uri, capsys):
+    from helpers import blocks, doc_section
+
+    block, = blocks(doc_section("how-to/ci.md", "How many rounds this runner needs"), "bash")
+    calibrate_line, compare_line = block.replace("\\\n", " ").strip().splitlines()
+    # the documented comparison, as written, in a store without a calibration: refused before anything runs
     code, _, err = run_cli(capsys, *shlex.split(compare_line)[1:], "--no-progress")
     assert code == 2 and f"run `{calibrate_line}` first" in err, err
     assert MlflowClient().search_runs(["0"]) == []

@@ -104,3 +104,28 @@ def test_every_entry_point_runs_with_its_defaults(tmp_path, monkeypatch):
     assert recorded.info.run_name == "decision ep: ACCEPT"
     ep_attempts = [r for r in by_kind["attempt"] if r.data.tags[TAG.GROUP] == "ep"]
     assert len(ep_attempts) == 2 and {r.data.tags[TAG.PARENT] for r in ep_attempts} == {recorded.info.run_id}
+
+
+def test_the_docs_entry_point_commands_name_real_parameters():
+    """docs/reference/mlproject.md's commands: each entry point and parameter is MLproject's (the
+    tests above run every entry point); the ones that need them are given group, arm and conditions."""
+    import shlex
+
+    import yaml
+
+    from helpers import blocks, doc_section
+
+    block, = blocks(doc_section("reference/mlproject.md"), "bash")
+    project = yaml.safe_load((REPO / "MLproject").read_text(encoding="utf-8"))["entry_points"]
+    seen = []
+    for line in block.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        assert words[:3] == ["mlflow", "run", "."] and "--env-manager" in words, line
+        entry = words[words.index("-e") + 1]
+        given = {words[i + 1].split("=", 1)[0] for i, word in enumerate(words) if word == "-P"}
+        parameters = project[entry]["parameters"]
+        assert given <= set(parameters), (entry, given - set(parameters))
+        required = {name for name, spec in parameters.items() if "default" not in spec}
+        assert required <= given, (entry, required - given)
+        seen.append(entry)
+    assert seen == ["diagnose", "compare", "record", "evaluate"]

@@ -109,10 +109,12 @@ def test_the_journal_knows_one_server_under_two_spellings(proxied, monkeypatch):
 
 # 3. the CI recipe from two worktrees --------------------------------------------------------------
 
-def _readme_recipe() -> list[str]:
-    """The scripts of the recipe's record, gate and "faster?" steps, as the README has them."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    block = text.split("- name: Record interleaved rounds of base and head", 1)[1]
+def _docs_recipe() -> list[str]:
+    """The scripts of the recipe's record, gate and "faster?" steps, as docs/how-to/ci.md has them."""
+    from helpers import blocks, doc_section
+
+    workflow, = blocks(doc_section("how-to/ci.md", "The workflow"), "yaml")
+    block = workflow.split("- name: Record interleaved rounds of base and head", 1)[1]
     scripts = []
     for name in ("Record", "Gate", "Faster"):
         if name != "Record":
@@ -123,8 +125,8 @@ def _readme_recipe() -> list[str]:
     return scripts
 
 
-@pytest.mark.slow
-def test_the_readme_ci_recipe_runs_as_written_from_two_worktrees(tmp_path):
+def _two_commits(tmp_path) -> tuple[Path, str, str, dict]:
+    """A project whose head's bench.py is 20% faster than its base's, and the job's environment."""
     repo = tmp_path / "work" / "project"
     repo.mkdir(parents=True)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
@@ -142,7 +144,23 @@ def test_the_readme_ci_recipe_runs_as_written_from_two_worktrees(tmp_path):
     env = {**os.environ, "BASE": base, "HEAD": head, "GROUP": "pr-7-1", "GITHUB_WORKSPACE": str(repo),
            "MLFLOW_TRACKING_URI": f"sqlite:///{repo}/mlflow.db",
            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
-    record, gate_step, faster_step = _readme_recipe()
+    return repo, base, head, env
+
+
+@pytest.mark.slow
+def test_the_ci_recipe_runs_as_written_from_two_worktrees(tmp_path):
+    import yaml
+
+    from helpers import blocks, doc_section
+
+    workflow = yaml.safe_load(blocks(doc_section("how-to/ci.md", "The workflow"), "yaml")[0])
+    steps = workflow["jobs"]["perf"]["steps"]
+    assert [step.get("name", step.get("uses", step.get("run"))) for step in steps][3:6] == [
+        "Record interleaved rounds of base and head", "Gate: not slower? (1 fails the job; 3, not decided, warns)",
+        "Faster? (reported, never fails the job)"]  # the scripts run below are these steps'
+    repo, base, head, env = _two_commits(tmp_path)
+    bin_dir = Path(sys.executable).parent
+    record, gate_step, faster_step = _docs_recipe()
     outputs = []
     for script in (record, gate_step, faster_step):
         completed = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=repo, env=env,
@@ -164,6 +182,28 @@ def test_the_readme_ci_recipe_runs_as_written_from_two_worktrees(tmp_path):
     decided = [run.data.tags for run in store.search_runs(["0"], "tags.`perfgate.kind` = 'decision'")]
     assert sorted((tags["perfgate.method"], tags["perfgate.mode"], tags["perfgate.latency"]) for tags in decided) == [
         ("paired", "improvement", "p10"), ("paired", "non_regression", "p10"), ("robust", "non_regression", "raw")]
+
+
+@pytest.mark.slow
+def test_the_readme_s_ten_line_ci_runs_as_written_from_two_worktrees(tmp_path):
+    from helpers import blocks, doc_section
+
+    block, = blocks(doc_section("README.md", "In CI, in ten lines"), "bash")
+    repo, base, head, env = _two_commits(tmp_path)
+    completed = subprocess.run(["bash", "-e", "-c", block], cwd=repo, env=env, capture_output=True, text=True,
+                               timeout=900)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "## ACCEPT: the candidate is no slower" in completed.stdout  # the gate passed: head is faster
+    lines = [json.loads(line) for line in (repo / "attempts.jsonl").read_text().splitlines()]
+    assert sorted(item["pair"] for item in lines) == sorted(2 * list(range(10)))
+    assert [line["arm"] for line in lines[:4]] == ["baseline", "candidate", "candidate", "baseline"]
+    # a failed bench.py is a failed attempt: the same block on a head whose bench crashes rejects
+    (repo / "../head/bench.py").write_text("raise SystemExit(3)\n")
+    completed = subprocess.run(["bash", "-c", block.replace("git worktree add ../base \"$BASE\" && "
+                                                            "git worktree add ../head \"$HEAD\" && ", "")],
+                               cwd=repo, env={**env, "GROUP": "pr-7-2"}, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 1, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "bench.py exited 3" in (repo / "attempts.jsonl").read_text()
 
 
 # 4. torn lines and a full disk --------------------------------------------------------------------

@@ -216,8 +216,10 @@ def test_a_plugin_that_fails_to_load_is_left_out_saying_why(site, tmp_path):
         in done.stderr and "ModuleNotFoundError" in done.stderr
 
 
-def test_the_readme_s_entry_points_are_the_ones_installed_here():
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+def test_the_docs_entry_points_are_the_ones_installed_here():
+    from helpers import blocks, doc_section
+
+    readme, = blocks(doc_section("how-to/plugins.md"), "toml")
     for group, name, target in (("mlflow_perfgate.methods", "toy", "perfgate_toy:TOY_METHOD"),
                                 ("mlflow_perfgate.objectives", "wall", "perfgate_toy:make_wall_objective"),
                                 ("mlflow_perfgate.objectives", "slowest", "perfgate_toy:SLOWEST")):

@@ -20,7 +20,20 @@ from pathlib import Path
 import pytest
 
 RECIPE = Path(__file__).resolve().parents[1] / "scripts" / "postgres_recipe.sh"
-WRITERS, ATTEMPTS = 16, 4
+
+
+def _documented_sizes() -> tuple[int, int]:
+    """The writers and attempts of docs/how-to/postgresql.md's command: the test runs the recipe as documented."""
+    import shlex
+
+    from helpers import blocks, doc_section
+
+    words = shlex.split(blocks(doc_section("how-to/postgresql.md"), "bash")[0])
+    assert words[:3] == ["PYTHON=.venv/bin/python", "bash", "scripts/postgres_recipe.sh"], words
+    return int(words[words.index("--writers") + 1]), int(words[words.index("--attempts") + 1])
+
+
+WRITERS, ATTEMPTS = _documented_sizes()
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -369,10 +369,10 @@ def test_a_rerun_fails_its_test_when_asked_and_the_store_comes_from_the_environm
     assert list(frame["suite_decision"]) == ["rerun", "rerun"] and frame["group"].nunique() == 2
 
 
-def test_the_readme_s_declarations_are_valid_entries(pytester):
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    text = readme.split("\n## In pytest\n", 1)[1].split("\n## ", 1)[0]
-    source = re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+def test_the_docs_declarations_are_valid_entries(pytester):
+    from helpers import blocks, doc_section
+
+    source = blocks(doc_section("how-to/suites.md", "In pytest"), "python")
     assert len(source) == 1
     path = pytester.makepyfile(test_readme_gate=source[0])
     (pytester.path / "mybench.py").write_text("def slow_op():\n    sum(range(1000))\n\n\n"

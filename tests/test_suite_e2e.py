@@ -196,7 +196,7 @@ attempts = ATTEMPTS
 
 
 def test_a_suite_entry_takes_the_latency_and_step_interleaving_compare_takes(sqlite_uri, tmp_path, capsys):
-    # found by a hostile run: the README recommends paired + fastest + --interleave steps for
+    # found by a hostile run: the docs recommend paired + fastest + --interleave steps for
     # suites, and no entry key could say latency or steps
     from mlflow_perfgate.suite import parse_suite
 
@@ -231,7 +231,7 @@ change = {{checkpoint = true}}
     assert ("warning: suite entry 'checkpoint': the paired method cannot accept with 2 attempts per arm: its 90% "
             "interval has an upper bound only from 5 complete ABBA rounds") in err
     row = pg.decisions(experiment_name=EXPERIMENT, suite="steps").iloc[0]
-    assert (row["method"], row["latency"]) == ("paired", "p10")  # the README's shared-machine suite
+    assert (row["method"], row["latency"]) == ("paired", "p10")  # the docs' shared-machine suite (docs/how-to/suites.md)
     client = MlflowClient()
     suite_run = client.get_run(client.get_run(row["run_id"]).data.tags["perfgate.suite_run"])
     assert "| latency (p10), paired, non_regression |" in suite_run.data.tags["mlflow.note.content"]

@@ -129,7 +129,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         InputError: no attempts, an unknown experiment, a run that cannot be judged.
         SingleVariableError, EnvironmentMismatch: the group breaks those rules.
         StoreRefused, StoreUnavailable: the store refused or could not be reached.
-        No decision run is written in any of these cases.
+            No decision run is written in any of these cases.
     """
     if not isinstance(group, str) or not group:
         raise InputError(f"group must be a non-empty string, got {group!r}")
