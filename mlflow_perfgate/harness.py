@@ -1132,7 +1132,7 @@ def _spent_before(held: dict, resume: bool, until_decisive: bool, attempts: int,
 # --- Issue 14, point 3: a compute hotspot proposes bf16 only where the device computes it natively.
 
 def candidate_change_for(synthesis: dict, baseline: dict) -> dict | None:
-    """The single change a hypothesis calls for (documented in the README).
+    """The single change a hypothesis calls for (documented in docs/explanation/decisions.md).
 
     The same answer as :func:`candidate_change_and_reason`, without the reason.
     """

@@ -94,7 +94,7 @@ _PASSED_ENV = (
     "MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
     "MLFLOW_PERFGATE_JOURNAL_MODE",
 )
-#: Passed too unless ``pass_credentials=False`` (Ray keeps a task's runtime_env in its GCS: see the README).
+#: Passed too unless ``pass_credentials=False`` (Ray keeps a task's runtime_env in its GCS: see docs/how-to/ray.md).
 _CREDENTIAL_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
 #: Tracking URI schemes that name a store on the local disk: each node would write its own, lost with it.
 _LOCAL_SCHEMES = ("", "file", "sqlite")

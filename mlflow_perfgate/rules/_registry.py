@@ -83,7 +83,7 @@ class Method:
         objectives: the objectives it judges; ``None`` for every objective (through the
             objective's own checks).
         modes: the modes it answers.
-        help: one line for ``--help`` and the README.
+        help: one line for ``--help`` and the documentation.
         describe: one line for the report from its companion summary; default: its figures.
         boundary_p_value: ``boundary_p_value(baseline, candidate, boundary) -> p``: the one-sided
             p-value of "the latency ratio candidate / baseline exceeds ``boundary``" that its
@@ -127,7 +127,7 @@ class Objective:
         figures: decision figures the decision run logs and the report shows.
         modes: the modes it answers.
         headlines: the accept headline for each mode.
-        help: one line for ``--help`` and the README.
+        help: one line for ``--help`` and the documentation.
         label: the metric's name in words, for the plot's axis (``peak memory``); default the metric.
         measure: how an attempt measures ``metric`` when no attempt logs it by itself:
             ``measure(workload, facts) -> number | None``, called in the attempt's process after

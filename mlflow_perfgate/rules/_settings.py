@@ -37,8 +37,8 @@ MODES = ("improvement", "non_regression")
 #: every successful attempt must have it); ``p10``, the Harrell-Davis estimate of the 10th
 #: percentile of its measured steps (``step_p10_ms``, ``_stats.step_quantile``: the fastest few
 #: steps averaged, steadier than the fastest one; every successful attempt must have it). The
-#: default stays ``raw``, the specification's (the noise lab's figures for the others are in the
-#: README).
+#: policy's default stays ``raw``, the specification's; ``compare``'s is ``p10`` (``harness.configure``;
+#: the noise lab's figures for the others are in ``docs/explanation/evidence.md``).
 LATENCY_KEYS = MappingProxyType({"raw": "latency_ms", "uncontended": "uncontended_latency_ms",
                                  "fastest": "fastest_step_ms", "p10": "step_p10_ms"})
 LATENCIES = tuple(LATENCY_KEYS)

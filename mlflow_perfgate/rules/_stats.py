@@ -345,7 +345,7 @@ def step_quantile(step_times, fraction: float) -> float:
     neighbour, which only adds time, disturbs least, yet it averages over them where the
     fastest step alone is one draw: in the noise lab's step-interleaved rounds (30 measured steps
     under busy neighbours) the spread of its within-round log ratio of identical arms was 0.61
-    to 1.0 times the fastest step's (README, "10th-percentile step, measured").
+    to 1.0 times the fastest step's (``docs/explanation/evidence.md``).
     One step: that step.
 
     Raises:

@@ -1,6 +1,7 @@
 """Every MLflow name the project writes or reads, and the canonical forms of values.
 
-This module is the schema of ``docs/design.md`` (and the README's "MLflow schema") in code:
+This module is the schema of ``docs/design.md`` (and of the documentation's generated page
+``docs/reference/schema.md``) in code:
 tags, params and metrics of attempt, comparison, decision and diagnosis runs, the artifact
 paths and the format versions of what we store as JSON. Nothing else in the project spells an
 MLflow key; the names of the decision runs' figures come from the method and objective
