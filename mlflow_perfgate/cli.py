@@ -233,7 +233,9 @@ def decision_options(func=None, *, configured: bool = False):
 
     ``configured``: a command that runs its attempts (``compare``, ``pipeline``), whose method and
     latency default to the recommended configuration (``harness.configure``); else (``evaluate``)
-    the specification's rule on the raw figure, as recorded attempts may carry no rounds or steps.
+    to those the group's comparison was configured with, and without one (attempts recorded
+    elsewhere, which may carry no rounds or step times) to the specification's rule on the raw
+    figure. Either way the option's default is ``None`` (an empty value too).
     """
     if func is None:
         return lambda f: decision_options(f, configured=configured)
@@ -243,26 +245,25 @@ def decision_options(func=None, *, configured: bool = False):
     methods = "; ".join(f"{name}: {METHODS.help(name)}" for name in METHODS)
     objectives = "; ".join(f"{name}: {OBJECTIVES.help(name)}" for name in OBJECTIVES)
     method_default = ("[default: paired where it judges the objective (latency), else seed, the specification's "
-                      "rule, exact]" if configured else "")
-    latency_default = "[default: p10; raw with --method seed]" if configured else ""
+                      "rule, exact]" if configured else
+                      "[default: the method the group's comparison was run with, else seed]")
+    latency_default = ("[default: p10; raw with --method seed]" if configured else
+                       "[default: the latency the group's comparison was run with, else raw]")
     options = [
-        click.option("--method", type=OrDefault(RegistryChoice(METHODS)) if configured else RegistryChoice(METHODS),
-                     default=None if configured else "seed",
-                     show_default=not configured, help=f"How to decide ({methods}). {method_default}".rstrip()),
+        click.option("--method", type=OrDefault(RegistryChoice(METHODS)), default=None,
+                     help=f"How to decide ({methods}). {method_default}"),
         click.option("--mode", type=click.Choice(MODES), default="improvement", show_default=True,
                      help="improvement: must be faster; non_regression: may not be slower than --margin."),
         click.option("--objective", type=RegistryChoice(OBJECTIVES), default=None,
                      help=f"What to judge on ({objectives}) [the comparison run's objective, else latency]."),
-        click.option("--latency", type=OrDefault(click.Choice(LATENCIES)) if configured else click.Choice(LATENCIES),
-                     default=None if configured else "raw",
-                     show_default=not configured,
+        click.option("--latency", type=OrDefault(click.Choice(LATENCIES)), default=None,
                      help="Which latency of each attempt is judged: raw (the median of every measured step), "
                           "uncontended (the median of its steps that barely waited for a CPU, where it has one; "
                           "rerun with reason contention when more than half of an arm's attempts have none) or "
                           "fastest (its fastest measured step: what a busy neighbour disturbs least) or p10 (the "
                           "10th percentile of its measured steps, Harrell-Davis: the fastest few averaged, "
                           "steadier than the fastest one; with 30 steps a round, the recommended figure on a "
-                          f"busy machine). {latency_default}".rstrip()),
+                          f"busy machine). {latency_default}"),
         *(_setting_option(setting) for setting in POLICY_SETTINGS),
         *(_setting_option(setting) for setting in threshold_settings().values()),
         click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",

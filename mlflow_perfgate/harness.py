@@ -812,12 +812,14 @@ class _Comparison:
         if plan.resume and held["comparison_run_id"]:
             run_id = held["comparison_run_id"]
             if configuration:
-                tag_run(run_id, {TAG.CONFIGURATION: configuration})
+                tag_run(run_id, {TAG.CONFIGURATION: configuration, TAG.CONFIGURED_METHOD: plan.policy.method,
+                                 TAG.CONFIGURED_LATENCY: plan.policy.latency})
         else:
             run_id = start_comparison(group, plan.base, plan.variable, objective=plan.objective,
                                       experiment_name=plan.experiment_name, workload=plan.workload,
                                       parent_run_id=plan.parent_run_id, interleave=plan.interleave,
-                                      configuration=configuration)
+                                      configuration=configuration, method=plan.policy.method,
+                                      latency=plan.policy.latency)
         if plan.calibration is not None:  # which calibration planned its rounds, and how
 
             tag_run(run_id, {TAG.CALIBRATION_RUN: plan.calibration["calibration_run_id"],

@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 from mlflow.tracking import MlflowClient
 
+import mlflow_perfgate as pg
 from mlflow_perfgate import harness
 from mlflow_perfgate.cli import cli
 from mlflow_perfgate.harness import RECOMMENDED, SPECIFICATION, configure
@@ -94,6 +95,14 @@ def test_compare_with_its_defaults_says_its_configuration(sqlite_uri):
     assert {a.data.tags[TAG.ENV_PREFIX + "torch_threads"] for a in attempts} == {"1"}
     assert sorted(int(a.data.tags[TAG.PAIR]) for a in attempts) == sorted(list(range(6)) * 2)
     assert "seed" in result and "decision" in result["seed"]  # the specification's verdict beside it
+    assert (comparison.data.tags[TAG.CONFIGURED_METHOD], comparison.data.tags[TAG.CONFIGURED_LATENCY]) == (
+        "paired", "p10")
+    # judged again without saying how: as the comparison was (not by evaluate's seed on raw)
+    again = pg.evaluate_group(result["group"], experiment_name="configured", min_valid_runs=3)
+    assert (again["method_asked"], again["latency"], again["decision"]) == ("paired", "p10", result["decision"])
+    assert again["decision_key"] == result["decision_key"]  # the same judgement: the same decision run
+    seed = pg.evaluate_group(result["group"], experiment_name="configured", min_valid_runs=3, method="seed")
+    assert (seed["method_asked"], seed["latency"]) == ("seed", "p10")  # what is given is kept
 
 
 def _invoke(*args):
@@ -117,4 +126,5 @@ def test_help_says_the_defaults():
     assert "[default: 10; 5 with --method seed]" in text and "[default: 30; 10 with --method seed]" in text
     assert "torch threads in every attempt. [default: 1]" in text
     evaluate = " ".join(_invoke("evaluate", "--help").output.split())
-    assert "[default: seed]" in evaluate and "[default: raw]" in evaluate  # recorded attempts: the specification's
+    assert "[default: the method the group's comparison was run with, else seed]" in evaluate
+    assert "[default: the latency the group's comparison was run with, else raw]" in evaluate

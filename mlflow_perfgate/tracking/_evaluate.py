@@ -67,6 +67,28 @@ def _common_parent(views: list[AttemptView], mlflow_client, group: str, notes: l
     return parent
 
 
+def _as_configured(policy: rules.Policy, parent, configured: dict[str, bool], notes: list[str]) -> rules.Policy:
+    """The method and latency the group's comparison was configured with, for those the caller left out.
+
+    A comparison run records how ``compare`` judges it (``perfgate.configured_method`` and
+    ``perfgate.configured_latency``, its defaults included): judged again without saying, its
+    group is judged the same way, not by another rule's default.
+    """
+    if parent is None:
+        return policy
+    tags = parent.data.tags
+    changes = {name: tags[key] for name, key in (("method", TAG.CONFIGURED_METHOD), ("latency", TAG.CONFIGURED_LATENCY))
+               if configured.get(name) and tags.get(key) and tags[key] != getattr(policy, name)}
+    if not changes:
+        return policy
+    try:
+        return policy.replace(**changes)
+    except PolicyError as exc:  # a comparison of a plugin not installed here, say: the defaults, said
+        notes.append(f"the comparison's configuration ({changes}) cannot judge here ({exc}): judged by "
+                     f"{policy.method} on {policy.latency}")
+        return policy
+
+
 def evaluate_group(group: str, *, experiment_name: str | None = None,
                    stale_after_s: float = DEFAULT_STALE_AFTER_S, objective: str | None = None,
                    method: str | None = None, mode: str | None = None, margin: float | None = None,
@@ -94,6 +116,9 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
             the comparison run's objective (from its diagnosis), else ``latency``.
         method: ``seed`` (the default: the specification's rule, exact), ``robust`` or another
             registered method; every method that judges the objective has its figures logged.
+            Left out (with ``latency``), a group whose comparison run says how ``compare``
+            judges it (``perfgate.configured_method``, ``perfgate.configured_latency``) is judged
+            so: re-evaluating a comparison gives its own rule's answer.
         mode: ``improvement`` (the default: the candidate must be faster) or ``non_regression`` (it may not
             be slower than ``margin``, for CI).
         margin: the slowdown tolerated in ``non_regression`` (default 0.05).
@@ -142,6 +167,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
                               margin=margin,
                               alpha=alpha, confidence=confidence, latency=latency, **thresholds)
         objective_given = objective is not None
+        configured = {name: value is None for name, value in (("method", method), ("latency", latency))}
     else:
         given = {name: value for name, value in (("objective", objective), ("method", method), ("mode", mode),
                                                  ("margin", margin), ("alpha", alpha), ("confidence", confidence),
@@ -150,6 +176,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
             raise PolicyError(f"give either policy or the options it holds, not both: got policy and "
                               f"{sorted(given)}; use policy.replace(...) to change them")
         objective_given = True
+        configured = {}
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     found = load(group, experiment_id, mlflow_client, stale_after_s=stale_after_s)
@@ -161,6 +188,7 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
     parent = _common_parent(views, mlflow_client, group, notes)
     if not objective_given and parent is not None and parent.data.tags.get(TAG.OBJECTIVE):
         policy = policy.replace(objective=parent.data.tags[TAG.OBJECTIVE])
+    policy = _as_configured(policy, parent, configured, notes)
     if look is None and max_looks is None and parent is not None:
         look, max_looks, previous_fraction = _sequential_look(parent.data.tags, notes)
     judged = judge_views(views, policy, env_mismatch, look=look, max_looks=max_looks,

@@ -31,13 +31,15 @@ __all__ = ["end_run", "group_state", "log_diagnosis", "log_failed_diagnosis", "r
 def start_comparison(group: str, conditions: dict, changed_variable: str, *, objective: str = "latency",
                      experiment_name: str | None = None, workload: str | None = None,
                      parent_run_id: str | None = None, interleave: str | None = None,
-                     configuration: str | None = None) -> str:
+                     configuration: str | None = None, method: str | None = None,
+                     latency: str | None = None) -> str:
     """Create the comparison run under which attempts nest and onto which the decision is written.
 
     Its params are the baseline's fixed conditions (the UI lines them up with the attempts').
     ``parent_run_id`` nests it (under the ``mlflow run`` project run, say). ``interleave``
     (``attempts`` or ``steps``: how its attempts share the machine) becomes ``perfgate.interleave``,
-    ``configuration`` (how it is measured and judged, in words) ``perfgate.configuration``.
+    ``configuration`` (how it is measured and judged, in words) ``perfgate.configuration``, and
+    ``method`` and ``latency`` (what judges it) ``perfgate.configured_method`` and ``_latency``.
     """
     if not isinstance(group, str) or not group.strip():
         raise InputError(f"group must be a non-empty string, got {group!r}")
@@ -50,6 +52,8 @@ def start_comparison(group: str, conditions: dict, changed_variable: str, *, obj
         **({TAG.WORKLOAD: workload} if workload else {}),
         **({TAG.INTERLEAVE: interleave} if interleave else {}),
         **({TAG.CONFIGURATION: fit(configuration, MAX_TAG_VALUE)} if configuration else {}),
+        **({TAG.CONFIGURED_METHOD: method} if method else {}),
+        **({TAG.CONFIGURED_LATENCY: latency} if latency else {}),
         **({TAG.PARENT: parent_run_id} if parent_run_id else {}),
     }
     run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=f"compare {group[:60]}"))

@@ -135,6 +135,10 @@ class TAG:
     #: the recommended configuration did not apply (``harness.Configuration.text``); the report
     #: shows it.
     CONFIGURATION = "perfgate.configuration"
+    #: On a comparison run: the method and latency it is judged with (given or defaulted); an
+    #: ``evaluate`` of its group that names neither judges with them.
+    CONFIGURED_METHOD = "perfgate.configured_method"
+    CONFIGURED_LATENCY = "perfgate.configured_latency"
     #: On the comparison run of a sequential comparison (``compare --until-decisive`` with more
     #: than one look): the look it reached (an int) and its planned last look. ``evaluate`` of the
     #: group judges at that look, its levels spent as the comparison's were, unless told a look.
