@@ -188,7 +188,8 @@ def _known_keys() -> tuple[set[str], list[str]]:
     entries = _schema_entries()
     keys = {value for section in ("TAG", "PARAM") for _, value, _ in entries[section]}
     patterns = [re.escape(value).replace(re.escape("<method>"), r"[a-z_]+") for value in keys if "<" in value]
-    return keys, patterns + [re.escape("perfgate.env.") + r"[a-z_*]+"]
+    prefixes = [re.escape(value) + r"[<>a-z_*]+" for value in keys if value.endswith(".")]  # perfgate.rounded.<m>
+    return keys, patterns + prefixes + [re.escape("perfgate.env.") + r"[a-z_*]+"]
 
 
 def _param_spans(row: str) -> list[tuple[int, int]]:
