@@ -695,6 +695,7 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
         calibration = auto_rounds(workload, base, policy, interleave=interleave, threads=rest.get("threads"),
                                   experiment_name=rest.get("experiment_name"), given=conditions)
         attempts = base["repeats"] = calibration["rounds"]
+        configuration = dataclasses.replace(configuration, attempts=attempts)  # the rounds it planned, said
         if until_decisive:
             max_attempts = 4 * attempts if max_attempts is None else max_attempts
             if type(max_attempts) is not int or max_attempts < attempts:

@@ -278,6 +278,7 @@ def test_calibrate_then_compare_rounds_auto_end_to_end(sqlite_uri, capsys):
     assert 0 <= int(comparison.tags[TAG.CALIBRATION_AGE]) < 600
     assert comparison.tags[TAG.ROUNDS_AUTO] == result["rounds_auto"]["text"]
     assert comparison.params["repeats"] == "4"
+    assert comparison.tags[TAG.CONFIGURATION].endswith(", 4 rounds")  # the rounds it planned, not "auto"
 
 
 @pytest.mark.slow
