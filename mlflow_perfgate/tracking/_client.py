@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import random
 import re
@@ -314,6 +315,22 @@ def _lookup_or_create(mlflow_client: MlflowClient, experiment_name: str, create:
             f"experiment {experiment_name!r} is deleted; restore it or choose another name"
         )
     return experiment.experiment_id
+
+
+#: Writes of one run each (a tag per attempt) sent to a server this many at a time.
+RUN_WRITE_THREADS = 8
+
+
+def for_each_run(mlflow_client: MlflowClient, items: list[T], write: Callable[[T], object]) -> None:
+    """``write(item)`` for each item, one run's write each: to a server :data:`RUN_WRITE_THREADS` at a
+    time (MLflow has no request that writes many runs), to a local store one after another (one
+    writer at a time is what SQLite allows anyway). A write that fails is raised."""
+    if len(items) < 4 or not str(mlflow_client.tracking_uri).startswith(("http://", "https://")):
+        for item in items:
+            write(item)
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=RUN_WRITE_THREADS) as pool:
+        list(pool.map(write, items))
 
 
 def _chunks(items: list, size: int) -> Iterable[list]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -347,26 +346,15 @@ def _name_project_run(mlflow_client, parent_run_id: str | None, verdict: str) ->
             mlflow_client.set_tag(parent_run_id, TAG.RUN_NAME, verdict_name(parent.info.run_name, verdict))
 
 
-#: Re-parenting writes one tag per attempt; against a server they go this many at a time.
-REPARENT_THREADS = 8
-
-
 def reparent(mlflow_client, views: list[AttemptView], decision_run_id: str) -> None:
     """Nest the judged attempts under the decision run (the UI shows them as its children).
 
     MLflow has no request that tags many runs: one ``set_tag`` per attempt, sent to a server
-    :data:`REPARENT_THREADS` at a time (each is idempotent; a write that fails is raised).
+    ``_client.RUN_WRITE_THREADS`` at a time (each is idempotent; a write that fails is raised).
     """
     moving = [view.run_id for view in views if view.parent_run_id != decision_run_id and not view.deleted]
     if not moving:
         return
 
-    def move(run_id: str) -> None:
-        _client.retrying(lambda: mlflow_client.set_tag(run_id, TAG.PARENT, decision_run_id))
-
-    if len(moving) < 4 or not str(mlflow_client.tracking_uri).startswith(("http://", "https://")):
-        for run_id in moving:  # a local store: one writer at a time is what SQLite allows anyway
-            move(run_id)
-        return
-    with concurrent.futures.ThreadPoolExecutor(max_workers=REPARENT_THREADS) as pool:
-        list(pool.map(move, moving))
+    _client.for_each_run(mlflow_client, moving, lambda run_id: _client.retrying(
+        lambda: mlflow_client.set_tag(run_id, TAG.PARENT, decision_run_id)))

@@ -41,7 +41,6 @@ this order.
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import json
 import shlex
@@ -65,8 +64,6 @@ MODEL_SECTION, SYSTEM_SECTION = "Model metrics", "System metrics"
 SYSTEM_METRIC_PREFIX = "system/"
 #: The name of the section of the decision's figures (the UI shows some 30 characters of it).
 DECISION_SECTION = "Judged {metric} + checks"
-#: The rounded tags are written to a server this many attempts at a time.
-WRITE_THREADS = 8
 
 
 def _column(kind: str, name: str) -> str | None:
@@ -203,7 +200,7 @@ def write_rounded(mlflow_client, evaluation: Evaluation, metrics: list[str]) -> 
     """Tag each attempt of the decision with its rounded figures, where it lacks them or holds others.
 
     An attempt still running (or stale) is left alone: its figures may not be its last. One
-    ``log_batch`` per attempt, to a server :data:`WRITE_THREADS` at a time; a write that fails
+    ``log_batch`` per attempt (``_client.for_each_run``: to a server several at a time); a write that fails
     is raised (a :class:`StoreError`).
     """
     writes = []
@@ -214,15 +211,7 @@ def write_rounded(mlflow_client, evaluation: Evaluation, metrics: list[str]) -> 
         if tags:
             writes.append((view.run_id, tags))
 
-    def write(item: tuple[str, dict]) -> None:
-        _client.log_batch(mlflow_client, item[0], tags=item[1])
-
-    if len(writes) < 4 or not str(mlflow_client.tracking_uri).startswith(("http://", "https://")):
-        for item in writes:  # a local store: one writer at a time is what SQLite allows anyway
-            write(item)
-        return
-    with concurrent.futures.ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
-        list(pool.map(write, writes))
+    _client.for_each_run(mlflow_client, writes, lambda item: _client.log_batch(mlflow_client, item[0], tags=item[1]))
 
 
 def write_view(mlflow_client, evaluation: Evaluation) -> str | None:
