@@ -71,25 +71,32 @@ _ONE_PROCESS = {
 }
 
 
+def _steps_refusal(variable: str, base: dict, objective: str, supervised: bool, runner: Any) -> tuple[str, str] | None:
+    """Why both arms of this comparison cannot share one process (``--interleave steps``), known
+    before anything runs: ``(the reason, what to do instead)``, or ``None``."""
+    if variable in _ONE_PROCESS:
+        return (f"interleave='steps' runs both arms in one process {_ONE_PROCESS[variable]}; the changed "
+                f"variable is {variable!r}", ": use interleave='attempts' (--interleave attempts)")
+    if objective == "memory" and str(base.get("device", "cpu")).strip().lower().startswith("cuda"):
+        return ("interleave='steps' on CUDA shares one caching allocator between the arms, so the peak "
+                "memory the memory objective judges would be both arms' together", ": use interleave='attempts'")
+    from .workloads import AttemptRunner
+
+    if supervised and isinstance(runner, AttemptRunner) and \
+            type(runner).run_interleaved is AttemptRunner.run_interleaved:
+        return (f"interleave='steps' needs a runner that runs step-interleaved pairs; "
+                f"{type(runner).__name__} does not", "")
+    return None
+
+
 def _check_interleave(interleave: Any, variable: str, base: dict, objective: str, supervised: bool,
                       runner: Any) -> None:
     """Refuse, before anything runs, a step interleaving whose arms cannot live in one process."""
     if interleave not in INTERLEAVE_MODES:
         raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
-    if interleave != "steps":
-        return
-    if variable in _ONE_PROCESS:
-        raise InputError(f"interleave='steps' runs both arms in one process {_ONE_PROCESS[variable]}; the changed "
-                         f"variable is {variable!r}: use interleave='attempts' (--interleave attempts)")
-    if objective == "memory" and str(base.get("device", "cpu")).strip().lower().startswith("cuda"):
-        raise InputError("interleave='steps' on CUDA shares one caching allocator between the arms, so the peak "
-                         "memory the memory objective judges would be both arms' together: use interleave='attempts'")
-    from .workloads import AttemptRunner
-
-    if supervised and isinstance(runner, AttemptRunner) and \
-            type(runner).run_interleaved is AttemptRunner.run_interleaved:
-        raise InputError(f"interleave='steps' needs a runner that runs step-interleaved pairs; "
-                         f"{type(runner).__name__} does not")
+    refusal = _steps_refusal(variable, base, objective, supervised, runner) if interleave == "steps" else None
+    if refusal:
+        raise InputError("".join(refusal))
 
 
 #: What a comparison runs with where its caller does not say: the configuration the noise lab validated
@@ -175,12 +182,10 @@ def configure(objective: str, mode: str, variable: str | None, base: dict, *, me
     if interleave is None:
         defaulted.append("interleave")
         interleave = RECOMMENDED["interleave"]
-        try:
-            _check_interleave(interleave, str(variable), base, objective, supervised, runner)
-        except InputError as refusal:
+        refusal = _steps_refusal(str(variable), base, objective, supervised, runner)
+        if refusal:
             interleave = "attempts"
-            fallbacks.append("whole attempts interleaved: " + str(refusal).split(": use interleave=")[0]
-                             .split("; use interleave=")[0])
+            fallbacks.append(f"whole attempts interleaved: {refusal[0]}")
     if threads is None:
         defaulted.append("threads")
         threads = RECOMMENDED["threads"]
