@@ -477,9 +477,12 @@ class _MemoryCarrier:
         self.enabled = "peak_mem_mib" not in OBJECTIVES.require(objective).metrics
         self.held: dict[str, tuple[dict, str]] = {}
 
-    def needed(self, *arms: str) -> bool:
-        """Whether an attempt of these arms must make its own estimate."""
-        return not self.enabled or any(arm not in self.held for arm in arms)
+    def needed(self, *arms: str, pending: tuple = ()) -> bool:
+        """Whether an attempt of these arms must make its own estimate; ``pending``: ``(arm, result)``
+        pairs not applied yet (a round not logged yet), whose estimates will be held by then."""
+        coming = {arm for arm, result in pending if result.ok and isinstance(result.memory, dict)
+                  and result.memory.get("status") == "estimated"}
+        return not self.enabled or any(arm not in self.held and arm not in coming for arm in arms)
 
     def apply(self, arm: str, started, result):
         """The result with its arm's carried estimate where it skipped it, and the attempt it came from."""
@@ -861,23 +864,59 @@ class _Comparison:
         bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")
         bar.update(1)
 
-    def run_round(self, pair: int, bar) -> None:
-        """One child, both arms, their steps interleaved; the leading arm alternates between rounds (ABBA)."""
-        from .workloads import run_interleaved
-        from .workloads._interleave import INTERLEAVE_REFUSED
+    def run_rounds(self, first_pair: int, count: int, bar) -> None:
+        """``count`` rounds, one child each, both arms, their steps interleaved; the leading arm
+        alternates between rounds (ABBA).
+
+        Each round's child is begun before the previous round is logged: its fork, build and
+        warm-up run beside the store's writes, and it waits at its gate (``_gate``) until they are
+        done, so no measured step runs beside them. A round is logged before the next one's
+        measured steps start: a stop then loses nothing measured.
+        """
+        previous = None
+        for index in range(count):
+            previous = self._round(first_pair + index, previous, bar)
+        if previous is not None:
+            self._report_round(*previous, bar)
+
+    def _round(self, pair: int, previous: tuple | None, bar) -> tuple:
+        """Begin this round's child, log the previous round, start this one's runs, then let it measure."""
+        from .workloads import AttemptRunner, run_interleaved
 
         plan = self.plan
         order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
-        started = [self._start(arm, pair) for arm in order]
-        results = run_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
-                                  supervised=plan.supervised, timeout_s=2 * plan.timeout_s, threads=plan.threads,
-                                  runner=self.active, memory=self.memory.needed(*order),
-                                  measures=self.plan.measures)
+        logged_next = () if previous is None else tuple(zip(previous[0], previous[2]))
+        arguments = dict(timeout_s=2 * plan.timeout_s, threads=plan.threads,
+                         memory=self.memory.needed(*order, pending=logged_next), measures=plan.measures)
+        if not isinstance(self.active, AttemptRunner):  # in this process: nothing can run ahead
+            if previous is not None:
+                self._report_round(*previous, bar)
+            started = [self._start(arm, pair) for arm in order]
+            results = run_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
+                                      supervised=plan.supervised, runner=self.active, **arguments)
+        else:
+            pending = self.active.begin_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
+                                                    **arguments)
+            try:
+                if previous is not None:
+                    self._report_round(*previous, bar)
+                started = [self._start(arm, pair) for arm in order]
+            except BaseException:  # the round's child ends without measuring, and no run of it exists
+                pending.cancel()
+                raise
+            results = pending.finish()
         self.in_flight.clear()
+        return order, started, results
+
+    def _report_round(self, order: tuple, started: list, results: tuple, bar) -> None:
+        """A round's two attempts written and checked; a round that found both arms cannot share a
+        process stops the comparison (no round can be valid)."""
+        from .workloads._interleave import INTERLEAVE_REFUSED
+
         for arm, attempt, result in zip(order, started, results):
             self.report(arm, attempt, result, bar)
         refused = next((r.failure for r in results if (r.failure or "").startswith(INTERLEAVE_REFUSED)), None)
-        if refused:  # both arms cannot share one process: no round can be valid, so none more is run
+        if refused:
             raise InputError(refused.split(": ", 1)[1])
 
     def run_block(self, order: list[str], bar) -> None:
@@ -886,8 +925,7 @@ class _Comparison:
 
         plan = self.plan
         if plan.interleave == "steps":
-            for index in range(len(order) // 2):
-                self.run_round(self.next_pair + index, bar)
+            self.run_rounds(self.next_pair, len(order) // 2, bar)
         else:
             for index, arm in enumerate(order):
                 started = self._start(arm, self.next_pair + index // 2)

@@ -98,7 +98,8 @@ class AttemptResult:
         mem_status: ``'measured'`` (CUDA), ``'estimated'`` (CPU), or ``None`` when not collected.
         throughput_tok_s: ``tokens_per_step`` per median step, when the workload gives tokens.
         wall_s: the whole attempt's wall time as the caller saw it, child start included (not
-            the fork runner's server warm-up, which is once per runner, not per attempt).
+            the fork runner's server warm-up, which is once per runner, not per attempt, nor a
+            gated child's wait at its gate, which is the parent's logging).
         workload: the workload name.
         conditions: the conditions as given.
         warmup: warm-up steps asked for.
@@ -140,6 +141,12 @@ class AttemptResult:
         torch_state: for a step-interleaved attempt, the process-global torch state its steps ran
             under (captured after its factory, re-applied before each of its steps:
             ``_globals``); ``None`` for an attempt that had its process to itself.
+        gate_wait_s: for a step-interleaved attempt whose child was started before the parent
+            had logged the previous round (``_gate``): how long the child, both arms warm,
+            waited at its gate for the parent; ``None`` when it had no gate.
+        after_gate_s: for such an attempt, the runner's seconds from the gate's opening to the
+            child's end: the round's share of the comparison's wall time (its fork, build and
+            warm-up ran beside the parent's logging); ``None`` when it had no gate.
     """
 
     ok: bool
@@ -180,6 +187,8 @@ class AttemptResult:
     threads_note: str | None = None
     torch_state: dict | None = None
     figures: dict = field(default_factory=dict)
+    gate_wait_s: float | None = None
+    after_gate_s: float | None = None
 
     def __post_init__(self) -> None:
         if type(self.ok) is not bool:
@@ -688,30 +697,39 @@ def spawn_contained(spec: dict, result_path: Path, timeout_s: float, log_path: P
     a timeout or an interrupt here, the whole tree is stopped and killed (:func:`end_child`).
     """
     started = time.perf_counter()
+    return wait_contained(start_contained(spec, result_path, log_path), timeout_s, log_path, started)
+
+
+def start_contained(spec: dict, result_path: Path, log_path: Path) -> subprocess.Popen:
+    """Start :func:`spawn_contained`'s child and return at once; :func:`wait_contained` follows it."""
     spec_path = result_path.with_name("spec.json")
     write_json_atomic(spec_path, {"spec": spec})
     command = [sys.executable, "-m", _CONTAIN_MODULE, "keep", str(os.getpid()), _CHILD_MODULE,
                str(spec_path), str(result_path)]
-    timed_out = False
     with open(log_path, "wb") as log:
         # A session of its own makes the child a process-group leader, so one killpg also
         # ends the workers it forked.
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, env=child_env(),
-                                   start_new_session=True)
-        try:
-            exitcode = process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            end_child(process.pid)
-            exitcode = process.wait()
-        except BaseException:
-            end_child(process.pid)
-            process.wait()
-            raise
-        finally:
-            # Workers orphaned by a crashed child would otherwise outlive the attempt.
-            kill_group(process.pid)
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=child_env(), start_new_session=True)
+
+
+def wait_contained(process: subprocess.Popen, timeout_s: float, log_path: Path, started: float) -> Spawned:
+    """Wait up to ``timeout_s`` for a child of :func:`start_contained` (``started``: a
+    ``time.perf_counter()``, for ``wall_s``); past it, or on an interrupt, end its whole tree."""
+    timed_out = False
+    try:
+        exitcode = process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        end_child(process.pid)
+        exitcode = process.wait()
+    except BaseException:
+        end_child(process.pid)
+        process.wait()
+        raise
+    finally:
+        # Workers orphaned by a crashed child would otherwise outlive the attempt.
+        kill_group(process.pid)
     return Spawned(exitcode=exitcode, timed_out=timed_out, wall_s=time.perf_counter() - started,
                    log_tail=_tail(log_path.read_text(errors="replace")))
 

@@ -107,7 +107,7 @@ class _Arm:
 def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int, steps: int,
                         threads: int | None, probe: bool,
                         timeout_s: float | None, memory: bool = True,
-                        measures: tuple[str, ...] = ()) -> tuple[AttemptResult, AttemptResult]:
+                        measures: tuple[str, ...] = (), gate: str | None = None) -> tuple[AttemptResult, AttemptResult]:
     """Run one attempt of each arm here, their measured steps interleaved; every workload failure is data.
 
     Arm A (``conditions_a``) leads: it is built first, warms up first and takes the first measured
@@ -115,6 +115,10 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
     pinned thread count and the deadline (``timeout_s``, checked between steps; ``None`` when a
     supervising runner enforces it). The contention sampler is shared too: the kernel's figures
     are the process's, read around each step, when only one arm's step runs.
+
+    With ``gate`` (a :class:`~._gate.Gate`'s path), both arms are built and warmed up, then the
+    child waits there until the parent lets it go on (``gate_wait_s`` says how long); a gate
+    stopped instead fails both arms with :data:`~._gate.CANCELLED` and measures nothing.
 
     Returns:
         ``(result of arm A, result of arm B)``, each as :func:`execute_in_process` would give it
@@ -168,6 +172,10 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                         arm.fail(error)
                     else:
                         arm.stopped(arm.warm, steps, timeout_s)
+            if gate is not None:
+                _wait_at_gate(arms, gate)
+                if deadline is not None:  # the wait is the parent's, not the attempt's
+                    deadline += arms[0].fields["gate_wait_s"]
             _measure(arms, steps, deadline, timeout_s)
             for arm in arms:
                 _globals.apply(arm.state or initial)
@@ -179,8 +187,19 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                         arm.workload.close()
                     except Exception as error:  # noqa: BLE001
                         arm.fail(error)
-    wall_s = time.perf_counter() - started
+    wall_s = time.perf_counter() - started - (arms[0].fields.get("gate_wait_s") or 0.0)
     return tuple(_result(arm, workload_name, warmup, steps, torch_threads, wall_s) for arm in arms)
+
+
+def _wait_at_gate(arms: tuple[_Arm, _Arm], gate: str) -> None:
+    """Both arms warm (or failed): wait for the parent; a stopped round measures nothing."""
+    from ._gate import CANCELLED, wait_at_gate
+
+    go, waited = wait_at_gate(gate)
+    for arm in arms:
+        arm.fields["gate_wait_s"] = waited
+        if not go and arm.alive:
+            arm.failure, arm.detail = CANCELLED, None
 
 
 def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeout_s: float | None) -> None:
@@ -305,7 +324,7 @@ def run_interleaved_spec(spec: dict, result_path: str) -> int:
     results = execute_interleaved(spec["workload"], spec["conditions"], spec["other_conditions"],
                                   warmup=spec["warmup"], steps=spec["steps"], threads=spec["threads"],
                                   probe=spec["probe"], timeout_s=None, memory=spec.get("memory", True),
-                                  measures=tuple(spec.get("measures", ())))
+                                  measures=tuple(spec.get("measures", ())), gate=spec.get("gate"))
     write_json_atomic(spec["pair_result"], {"results": [result.to_dict() for result in results]})
     write_result(result_path, results[0])
     return 0
@@ -335,6 +354,9 @@ def pair_results(lead: AttemptResult, pair_path: str, conditions_a: dict,
     base = {"workload": lead.workload, "warmup": lead.warmup, "steps": lead.steps, "supervised": True,
             "wall_s": lead.wall_s, "exitcode": lead.exitcode, "runner": lead.runner}
     payloads, note = _read_pair(pair_path) if lead.exitcode == 0 else (None, None)
+    waited = payloads[0].get("gate_wait_s") if payloads is not None else None
+    if isinstance(waited, (int, float)) and lead.wall_s is not None:  # the parent's time, not the attempt's
+        base["wall_s"] = max(0.0, lead.wall_s - waited)
     pairs = ((conditions_a, 0), (conditions_b, 1))
     if payloads is not None:
         return tuple(AttemptResult.from_dict({**{k: v for k, v in payloads[i].items() if k != "conditions"}, **base,

@@ -42,13 +42,17 @@ from ._attempt import (
     result_of_ending,
     run_spawned,
     spawn_contained,
+    start_contained,
+    wait_contained,
 )
 from ._failures import tail
-from ._interleave import run_pair
+from ._gate import Gate
+from ._interleave import pair_results, prepare_interleaved_spec, run_pair
 from ._names import workload_target
 from ._wire import FormatError, decode_line, encode_line, read_json
 
-__all__ = ["AttemptRunner", "ForkRunner", "RUNNER_KINDS", "SpawnRunner", "attempt_runner", "fork_available"]
+__all__ = ["AttemptRunner", "ForkRunner", "PendingPair", "RUNNER_KINDS", "SpawnRunner", "attempt_runner",
+           "fork_available"]
 
 #: The kinds ``attempt_runner`` and ``run_attempt(runner=...)`` accept.
 RUNNER_KINDS = ("auto", "fork", "spawn")
@@ -118,6 +122,25 @@ class AttemptRunner:
             NotImplementedError: a runner of another kind that does not run step-interleaved pairs.
         """
         raise NotImplementedError(f"{type(self).__name__} does not run step-interleaved attempts")
+
+    def begin_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
+                          warmup: int | None = None, steps: int | None = None, threads: int | None = None,
+                          probe: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
+                          measures: tuple[str, ...] = ()) -> "PendingPair":
+        """Begin :meth:`run_interleaved`'s pair now and let its measured steps wait (``_gate``).
+
+        The child starts, builds both arms and warms them up while the caller goes on (to log
+        the previous round, say); its measured steps wait until :meth:`PendingPair.finish`,
+        which returns what :meth:`run_interleaved` would. The runner is held until then: finish
+        or cancel the pair before the runner's next call. Here (a runner of a caller's own) nothing
+        begins ahead: ``finish`` runs the pair then.
+
+        Raises:
+            ValueError: bad arguments, as :func:`run_interleaved` says.
+        """
+        arguments = dict(warmup=warmup, steps=steps, threads=threads, probe=probe, timeout_s=timeout_s,
+                         memory=memory, measures=measures)
+        return _DeferredPair(lambda: self.run_interleaved(workload_name, conditions_a, conditions_b, **arguments))
 
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         """Whether a workload's name resolves, found in a child: its module is never imported here.
@@ -207,6 +230,16 @@ class SpawnRunner(AttemptRunner):
                         threads=threads, probe=probe, timeout_s=timeout_s, import_workload=True,
                         memory=memory, measures=measures)
 
+    def begin_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
+                          warmup: int | None = None, steps: int | None = None, threads: int | None = None,
+                          probe: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
+                          measures: tuple[str, ...] = ()) -> PendingPair:
+        """The pair's interpreter starts now (its imports, build and warm-up beside the caller)."""
+        spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
+                                        threads=threads, timeout_s=timeout_s, probe=probe, supervised=True,
+                                        import_workload=True, memory=memory, measures=measures)
+        return _SpawnPair(spec, conditions_a, conditions_b, float(timeout_s))
+
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         workload_target(workload_name)
         with tempfile.TemporaryDirectory(prefix="perfgate-check-") as tmp:
@@ -239,6 +272,155 @@ class _Ending:
     reason: str = ""
     #: How long the request waited for the server to finish warming up.
     waited_s: float = 0.0
+
+
+class PendingPair:
+    """A step-interleaved pair begun ahead (:meth:`AttemptRunner.begin_interleaved`).
+
+    Call exactly one of :meth:`finish` and :meth:`cancel`.
+    """
+
+    def finish(self) -> tuple[AttemptResult, AttemptResult]:
+        """Let the child's measured steps run (open its gate) and return both arms' results, as
+        :meth:`AttemptRunner.run_interleaved` returns them; ``after_gate_s`` says how long from
+        the gate's opening to the child's end."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """End the child without its measured steps (stop its gate, wait briefly, else kill it)."""
+        raise NotImplementedError
+
+
+class _DeferredPair(PendingPair):
+    """Nothing begun ahead: :meth:`finish` runs the whole pair."""
+
+    def __init__(self, run) -> None:
+        self._run = run
+
+    def finish(self) -> tuple[AttemptResult, AttemptResult]:
+        return self._run()
+
+    def cancel(self) -> None:
+        pass
+
+
+class _GatedPair(PendingPair):
+    """What both runners' begun pairs share: a temporary directory with the gate and the results."""
+
+    def __init__(self, spec: dict, conditions_a: dict, conditions_b: dict, timeout_s: float) -> None:
+        self.conditions = (dict(conditions_a), dict(conditions_b))
+        self.timeout_s = timeout_s
+        self._tmp = tempfile.TemporaryDirectory(prefix="perfgate-interleaved-")
+        tmp = Path(self._tmp.name)
+        self.result_path, self.log_path = tmp / "result.json", tmp / "child.log"
+        try:
+            self.log_path.touch()
+            self.gate = Gate(tmp)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        self.spec = {**spec, "pair_result": str(tmp / "pair.json"), "gate": self.gate.path}
+        self.started = time.perf_counter()
+        self.done = False
+
+    def _pair(self, lead: AttemptResult, opened: float) -> tuple[AttemptResult, AttemptResult]:
+        after = time.perf_counter() - opened
+        results = pair_results(lead, self.spec["pair_result"], *self.conditions)
+        return tuple(dataclasses.replace(result, after_gate_s=after) for result in results)
+
+    def _release(self) -> None:
+        self.done = True
+        self.gate.close()
+        self._tmp.cleanup()
+
+
+class _SpawnPair(_GatedPair):
+    """A spawned child begun ahead: the interpreter's start and imports run beside the caller too."""
+
+    def __init__(self, spec: dict, conditions_a: dict, conditions_b: dict, timeout_s: float) -> None:
+        super().__init__(spec, conditions_a, conditions_b, timeout_s)
+        try:
+            self.process = start_contained(self.spec, self.result_path, self.log_path)
+        except BaseException:
+            self._release()
+            raise
+
+    def finish(self) -> tuple[AttemptResult, AttemptResult]:
+        try:
+            self.gate.open()
+            opened = time.perf_counter()
+            ended = wait_contained(self.process, self.timeout_s, self.log_path, self.started)
+            log_tail, payload = ended.log_tail, None
+            if not ended.timed_out:
+                payload, note = read_payload(self.result_path)
+                if note:
+                    log_tail = f"{note}\n{log_tail}"
+            lead = result_of_ending(self.spec, timeout_s=self.timeout_s, runner="spawn", wall_s=ended.wall_s,
+                                    exitcode=ended.exitcode, timed_out=ended.timed_out, payload=payload,
+                                    log_tail=log_tail)
+            return self._pair(lead, opened)
+        finally:
+            self._release()
+
+    def cancel(self) -> None:
+        if self.done:
+            return
+        try:
+            self.gate.stop()
+            wait_contained(self.process, _REAP_GRACE_S, self.log_path, self.started)
+        finally:
+            self._release()
+
+
+class _ForkPair(_GatedPair):
+    """A child of the fork runner's server begun ahead; the runner is held (its lock) until the end."""
+
+    def __init__(self, runner: "ForkRunner", spec: dict, conditions_a: dict, conditions_b: dict,
+                 timeout_s: float) -> None:
+        super().__init__(spec, conditions_a, conditions_b, timeout_s)
+        self.runner = runner
+        runner._lock.acquire()
+        try:
+            self.server = runner._live_server()
+            request = _request("run", self.result_path, self.log_path, spec=self.spec)
+            # what ended it already (the server died or never warmed up), else None: sent
+            self.early, self.waited_s = runner._send(self.server, request)
+        except BaseException:
+            runner._lock.release()
+            self._release()
+            raise
+
+    def _follow(self, deadline: float) -> _Ending:
+        if self.early is not None:
+            return self.early
+        try:
+            return self.runner._events(self.server, deadline)
+        except BaseException:  # an interrupt: nothing of the request may outlive the server
+            self.runner._discard(self.server)
+            raise
+
+    def finish(self) -> tuple[AttemptResult, AttemptResult]:
+        try:
+            self.gate.open()
+            opened = time.perf_counter()
+            ending = self._follow(time.monotonic() + self.timeout_s)
+            ending.waited_s = self.waited_s
+            lead = self.runner._result_of(self.spec, ending, time.perf_counter() - self.started - self.waited_s,
+                                          self.result_path, self.log_path, self.timeout_s)
+            return self._pair(lead, opened)
+        finally:
+            self.runner._lock.release()
+            self._release()
+
+    def cancel(self) -> None:
+        if self.done:
+            return
+        try:
+            self.gate.stop()
+            self._follow(time.monotonic() + _REAP_GRACE_S)  # past it, the time-out's path kills the child
+        finally:
+            self.runner._lock.release()
+            self._release()
 
 
 class _Server:
@@ -477,6 +659,17 @@ class ForkRunner(AttemptRunner):
                         timeout_s=timeout_s, import_workload=False, memory=memory,
                         measures=measures)
 
+    def begin_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
+                          warmup: int | None = None, steps: int | None = None, threads: int | None = None,
+                          probe: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
+                          measures: tuple[str, ...] = ()) -> PendingPair:
+        """The server forks the pair's child now; it waits at its gate once both arms are warm."""
+        spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
+                                        threads=self.default_threads() if threads is None else threads,
+                                        timeout_s=timeout_s, probe=probe, supervised=True, import_workload=False,
+                                        memory=memory, measures=measures)
+        return _ForkPair(self, spec, conditions_a, conditions_b, float(timeout_s))
+
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         """The server's supervised import is the check (:meth:`AttemptRunner.check`)."""
         workload_target(workload_name)
@@ -521,10 +714,15 @@ class ForkRunner(AttemptRunner):
             ending = self._follow_request(_request("run", result_path, log_path, spec=spec), deadline)
             # The server's warm-up is the runner's, once: not this attempt's time.
             wall_s = time.perf_counter() - started - ending.waited_s
-            log_tail = tail(log_path.read_text(errors="replace"))
-            payload = note = None
-            if ending.how == "exited" and ending.phase == "attempt":
-                payload, note = read_payload(result_path)
+            return self._result_of(spec, ending, wall_s, result_path, log_path, timeout_s)
+
+    def _result_of(self, spec: dict, ending: _Ending, wall_s: float, result_path: Path, log_path: Path,
+                   timeout_s: float) -> AttemptResult:
+        """The attempt's result from how its request ended (the child's result file still there)."""
+        log_tail = tail(log_path.read_text(errors="replace"))
+        payload = note = None
+        if ending.how == "exited" and ending.phase == "attempt":
+            payload, note = read_payload(result_path)
         if ending.how == "refused":
             raise WorkloadRefused(ending.note)
         if note:
@@ -559,24 +757,34 @@ class ForkRunner(AttemptRunner):
 
         The wait for the server to finish warming up is not charged to the attempt's deadline.
         """
+        early, waited_s = self._send(server, request)
+        ending = early or self._events(server, deadline + waited_s)
+        ending.waited_s = waited_s
+        return ending
+
+    def _send(self, server: _Server, request: dict) -> tuple[_Ending | None, float]:
+        """Wait for the server's warm-up, then send ``request``: ``(None, the wait)``, or how the
+        request ended already (the server died, or did not warm up in time)."""
         waited = time.monotonic()
         try:
             ready = server.wait_ready(waited + _START_LIMIT_S)
         except _ServerGone:
-            return self._server_died(server, None)
+            return self._server_died(server, None), time.monotonic() - waited
         if not ready:
             self._discard(server)
             return _Ending("server_died", reason=f"it did not start within {_START_LIMIT_S}s",
-                           note=f"the attempt server's log:\n{server.log_tail()}")
+                           note=f"the attempt server's log:\n{server.log_tail()}"), time.monotonic() - waited
         waited_s = time.monotonic() - waited
-        ending = self._follow(server, request, deadline + waited_s)
-        ending.waited_s = waited_s
-        return ending
-
-    def _follow(self, server: _Server, request: dict, deadline: float) -> _Ending:
-        child = None
         try:
             server.send(request)
+        except _ServerGone:
+            return self._server_died(server, None), waited_s
+        return None, waited_s
+
+    def _events(self, server: _Server, deadline: float) -> _Ending:
+        """Follow a sent request's events to its ``done``, the deadline enforced here."""
+        child = None
+        try:
             while True:
                 event = server.read_event(deadline)
                 if event is None:

@@ -1,0 +1,99 @@
+"""The gate of a step-interleaved child: it builds and warms up, then waits for the parent.
+
+A comparison's rounds each run in a fresh child. Between two rounds the parent logs the one that
+ended (its two attempts' runs) and starts the next one's; the next child's fork, build and warm-up
+do not depend on any of that, so they run beside it: the parent starts the child first, the child
+stops at its gate once both arms are warm, and the parent opens the gate when it is done with the
+store. Nothing the parent does then runs beside a measured step: the gate opens only after the
+previous child has ended and the parent's writes are done.
+
+The gate is a named pipe in the round's own temporary directory. The parent opens it read-write
+(so that what it writes stays in the pipe until the child reads it, however late the child comes
+to it) and writes one byte: ``go`` to let the measured steps run, ``stop`` when the comparison
+stopped before them (an error while it logged, a signal). The child reads it; the end of the
+pipe (the parent is gone) or a missing gate counts as ``stop``: the child then ends without
+measuring, both arms failed with :data:`CANCELLED`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import time
+from pathlib import Path
+
+__all__ = ["CANCELLED", "Gate", "wait_at_gate"]
+
+#: The failure of both arms of a child whose gate was closed for good before its measured steps.
+CANCELLED = "cancelled: the comparison stopped before this round's measured steps"
+_GO, _STOP = b"g", b"s"
+
+
+class Gate:
+    """The parent's side: a named pipe at ``directory/gate``, open until :meth:`close`.
+
+    Attributes:
+        path: the pipe's path, for the child's spec.
+        opened_at: ``time.monotonic()`` when :meth:`open` let the child go on, else ``None``.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.path = str(Path(directory) / "gate")
+        os.mkfifo(self.path, 0o600)
+        # Read-write: never blocks, and keeps the pipe (and what is written to it) alive until
+        # the child has read it, whenever it gets there.
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        self.opened_at: float | None = None
+        self.stopped = False
+
+    def open(self) -> None:
+        """Let the child go on to its measured steps (once; a stopped gate stays stopped)."""
+        if self.opened_at is None and not self.stopped:
+            self._write(_GO)
+            self.opened_at = time.monotonic()
+
+    def stop(self) -> None:
+        """Tell a child that has not been let through to end without measuring."""
+        if self.opened_at is None and not self.stopped:
+            self.stopped = True
+            self._write(_STOP)
+
+    def _write(self, byte: bytes) -> None:
+        if self._fd is not None:
+            os.write(self._fd, byte)
+
+    def close(self) -> None:
+        """Close the parent's end (after the child has ended: what it had not read is lost)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def wait_at_gate(path: str) -> tuple[bool, float]:
+    """In the child: wait until the parent opens the gate at ``path``.
+
+    Returns:
+        ``(go, waited_s)``: ``go`` is false when the parent stopped the round, is gone (the
+        pipe's end) or the gate is missing.
+    """
+    started = time.perf_counter()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False, time.perf_counter() - started
+    try:
+        while True:
+            # The parent's end is held open until the child has ended; a parent that died takes
+            # the child with it (the runner's containment), so there is nothing to time out here.
+            if not select.select([fd], [], [], 1.0)[0]:
+                continue
+            try:
+                byte = os.read(fd, 1)
+            except OSError as error:
+                if error.errno in (errno.EAGAIN, errno.EINTR):
+                    continue
+                return False, time.perf_counter() - started
+            return byte == _GO, time.perf_counter() - started
+    finally:
+        os.close(fd)

@@ -1,0 +1,56 @@
+"""A round's child begun ahead (``begin_interleaved``): it waits, warm, at its gate; both runners."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mlflow_perfgate.workloads import attempt_runner
+from mlflow_perfgate.workloads._gate import CANCELLED, Gate, wait_at_gate
+from mlflow_perfgate.workloads._interleave import execute_interleaved
+
+TINY = {"vocab": 64, "d_model": 16, "seq_len": 8, "batch": 2, "layers": 1, "steps": 4, "warmup": 1}
+
+
+def test_a_gate_opened_before_the_child_reads_it_lets_it_through(tmp_path):
+    gate = Gate(tmp_path)
+    gate.open()
+    gate.stop()  # too late: an opened gate stays open
+    try:
+        assert wait_at_gate(gate.path)[0] is True
+    finally:
+        gate.close()
+    assert wait_at_gate(str(tmp_path / "missing"))[0] is False
+
+
+def test_a_stopped_gate_measures_nothing_in_process(tmp_path):
+    gate = Gate(tmp_path)
+    gate.stop()
+    try:
+        a, b = execute_interleaved("tinylm", TINY, {**TINY, "checkpoint": True}, warmup=1, steps=4, threads=1,
+                                   probe=True, timeout_s=60.0, gate=gate.path)
+    finally:
+        gate.close()
+    for result in (a, b):
+        assert not result.ok and result.failure == CANCELLED
+        assert result.step_times_ms == () and result.gate_wait_s is not None
+
+
+@pytest.mark.parametrize("kind", ["fork", "spawn"])
+def test_a_begun_pair_waits_at_its_gate_and_a_cancelled_one_leaves_the_runner_usable(kind):
+    with attempt_runner(kind, "tinylm") as runner:
+        begun = time.perf_counter()
+        pending = runner.begin_interleaved("tinylm", TINY, {**TINY, "checkpoint": True}, threads=1)
+        time.sleep(0.5)  # the caller's own work (the previous round's logging)
+        a, b = pending.finish()
+        elapsed = time.perf_counter() - begun
+        assert a.ok and b.ok, (a.failure, a.failure_detail)
+        assert len(a.step_times_ms) == len(b.step_times_ms) == 4
+        assert a.gate_wait_s is not None and a.after_gate_s is not None and a.after_gate_s > 0
+        # the wait at the gate is not the attempt's time
+        assert 0 <= a.wall_s and a.wall_s + a.gate_wait_s <= elapsed + 0.01
+
+        runner.begin_interleaved("tinylm", TINY, TINY, threads=1).cancel()
+        a, b = runner.run_interleaved("tinylm", TINY, {**TINY, "checkpoint": True}, threads=1)
+        assert a.ok and b.ok and a.gate_wait_s is None and a.after_gate_s is None
