@@ -54,3 +54,31 @@ def test_a_begun_pair_waits_at_its_gate_and_a_cancelled_one_leaves_the_runner_us
         runner.begin_interleaved("tinylm", TINY, TINY, threads=1).cancel()
         a, b = runner.run_interleaved("tinylm", TINY, {**TINY, "checkpoint": True}, threads=1)
         assert a.ok and b.ok and a.gate_wait_s is None and a.after_gate_s is None
+
+
+def test_a_round_whose_predecessor_cannot_be_logged_never_measures_and_leaves_no_run(sqlite_uri):
+    """The next round's child is begun before the previous round is logged; when that logging
+    fails (here the caller's callback), the child is cancelled at its gate and no run of it exists."""
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_perfgate.harness import compare
+    from mlflow_perfgate.tracking import TAG
+
+    seen = []
+
+    def refuse_the_second(arm, result):
+        seen.append(result)
+        if len(seen) == 2:
+            raise RuntimeError("the caller's callback failed")
+
+    started = time.perf_counter()
+    with pytest.raises(RuntimeError, match="callback failed"):
+        compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 2}, {"checkpoint": True}, attempts=3,
+                min_valid_runs=3, progress=False, interleave="steps", allow_undecidable=True, runner="fork",
+                on_attempt=refuse_the_second)
+    assert time.perf_counter() - started < 60
+    runs = MlflowClient().search_runs(["0"], max_results=100)
+    attempts = [run for run in runs if run.data.tags.get(TAG.KIND) == "attempt"]
+    assert len(attempts) == 2 and {run.data.tags[TAG.ARM] for run in attempts} == {"baseline", "candidate"}
+    comparison = [run for run in runs if run.data.tags.get(TAG.KIND) == "comparison"]
+    assert [run.info.status for run in comparison] == ["KILLED"]

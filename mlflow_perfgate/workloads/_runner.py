@@ -62,6 +62,9 @@ _SERVER_MODULE = "mlflow_perfgate.workloads._server"
 _START_LIMIT_S = 300.0
 #: After a timeout kill, how long the server may take to report the child's end.
 _REAP_GRACE_S = 10.0
+#: How long a cancelled pair's child may take to read its stopped gate and end before it is killed
+#: (it has measured nothing: one still importing or warming up is killed rather than waited for).
+_CANCEL_GRACE_S = 1.0
 #: How long a server asked to exit may take before it is killed.
 _EXIT_GRACE_S = 5.0
 _READ_CHUNK = 65536
@@ -367,7 +370,7 @@ class _SpawnPair(_GatedPair):
             return
         try:
             self.gate.stop()
-            wait_contained(self.process, _REAP_GRACE_S, self.log_path, self.started)
+            wait_contained(self.process, _CANCEL_GRACE_S, self.log_path, self.started)
         finally:
             self._release()
 
@@ -417,7 +420,7 @@ class _ForkPair(_GatedPair):
             return
         try:
             self.gate.stop()
-            self._follow(time.monotonic() + _REAP_GRACE_S)  # past it, the time-out's path kills the child
+            self._follow(time.monotonic() + _CANCEL_GRACE_S)  # past it, the time-out's path kills the child
         finally:
             self.runner._lock.release()
             self._release()
