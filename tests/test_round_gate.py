@@ -71,12 +71,10 @@ def test_a_round_whose_predecessor_cannot_be_logged_never_measures_and_leaves_no
         if len(seen) == 2:
             raise RuntimeError("the caller's callback failed")
 
-    started = time.perf_counter()
     with pytest.raises(RuntimeError, match="callback failed"):
         compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 2}, {"checkpoint": True}, attempts=3,
                 min_valid_runs=3, progress=False, interleave="steps", allow_undecidable=True, runner="fork",
                 on_attempt=refuse_the_second)
-    assert time.perf_counter() - started < 60
     runs = MlflowClient().search_runs(["0"], max_results=100)
     attempts = [run for run in runs if run.data.tags.get(TAG.KIND) == "attempt"]
     assert len(attempts) == 2 and {run.data.tags[TAG.ARM] for run in attempts} == {"baseline", "candidate"}

@@ -743,11 +743,16 @@ def run_spawned(spec: dict, timeout_s: float) -> AttemptResult:
     with tempfile.TemporaryDirectory(prefix="perfgate-attempt-") as tmp:
         result_path = Path(tmp) / "result.json"
         ended = spawn_contained(spec, result_path, timeout_s, Path(tmp) / "child.log")
-        log_tail, payload = ended.log_tail, None
-        if not ended.timed_out:
-            payload, note = read_payload(result_path)
-            if note:
-                log_tail = f"{note}\n{log_tail}"
+        return spawned_result(spec, ended, result_path, timeout_s)
+
+
+def spawned_result(spec: dict, ended: Spawned, result_path: Path, timeout_s: float) -> AttemptResult:
+    """The spawn runner's result of a contained child that ended (its result file still there)."""
+    log_tail, payload = ended.log_tail, None
+    if not ended.timed_out:
+        payload, note = read_payload(result_path)
+        if note:
+            log_tail = f"{note}\n{log_tail}"
     return result_of_ending(spec, timeout_s=timeout_s, runner="spawn", wall_s=ended.wall_s,
                             exitcode=ended.exitcode, timed_out=ended.timed_out, payload=payload,
                             log_tail=log_tail)

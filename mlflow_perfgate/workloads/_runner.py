@@ -42,6 +42,7 @@ from ._attempt import (
     result_of_ending,
     run_spawned,
     spawn_contained,
+    spawned_result,
     start_contained,
     wait_contained,
 )
@@ -326,10 +327,35 @@ class _GatedPair(PendingPair):
         self.started = time.perf_counter()
         self.done = False
 
-    def _pair(self, lead: AttemptResult, opened: float) -> tuple[AttemptResult, AttemptResult]:
-        after = time.perf_counter() - opened
-        results = pair_results(lead, self.spec["pair_result"], *self.conditions)
-        return tuple(dataclasses.replace(result, after_gate_s=after) for result in results)
+    def finish(self) -> tuple[AttemptResult, AttemptResult]:
+        if self.done:
+            raise ValueError("this pair was finished or cancelled already")
+        try:
+            self.gate.open()
+            opened = time.perf_counter()
+            lead = self._lead()
+            after = time.perf_counter() - opened
+            results = pair_results(lead, self.spec["pair_result"], *self.conditions)
+            return tuple(dataclasses.replace(result, after_gate_s=after) for result in results)
+        finally:
+            self._release()
+
+    def cancel(self) -> None:
+        if self.done:
+            return
+        try:
+            self.gate.stop()
+            self._end_unmeasured()
+        finally:
+            self._release()
+
+    def _lead(self) -> AttemptResult:
+        """Follow the child to its end (its gate open): the runner's result of it, the leading arm's."""
+        raise NotImplementedError
+
+    def _end_unmeasured(self) -> None:
+        """Wait briefly for the child told to stop at its gate, else kill it."""
+        raise NotImplementedError
 
     def _release(self) -> None:
         self.done = True
@@ -348,31 +374,12 @@ class _SpawnPair(_GatedPair):
             self._release()
             raise
 
-    def finish(self) -> tuple[AttemptResult, AttemptResult]:
-        try:
-            self.gate.open()
-            opened = time.perf_counter()
-            ended = wait_contained(self.process, self.timeout_s, self.log_path, self.started)
-            log_tail, payload = ended.log_tail, None
-            if not ended.timed_out:
-                payload, note = read_payload(self.result_path)
-                if note:
-                    log_tail = f"{note}\n{log_tail}"
-            lead = result_of_ending(self.spec, timeout_s=self.timeout_s, runner="spawn", wall_s=ended.wall_s,
-                                    exitcode=ended.exitcode, timed_out=ended.timed_out, payload=payload,
-                                    log_tail=log_tail)
-            return self._pair(lead, opened)
-        finally:
-            self._release()
+    def _lead(self) -> AttemptResult:
+        ended = wait_contained(self.process, self.timeout_s, self.log_path, self.started)
+        return spawned_result(self.spec, ended, self.result_path, self.timeout_s)
 
-    def cancel(self) -> None:
-        if self.done:
-            return
-        try:
-            self.gate.stop()
-            wait_contained(self.process, _CANCEL_GRACE_S, self.log_path, self.started)
-        finally:
-            self._release()
+    def _end_unmeasured(self) -> None:
+        wait_contained(self.process, _CANCEL_GRACE_S, self.log_path, self.started)
 
 
 class _ForkPair(_GatedPair):
@@ -389,7 +396,6 @@ class _ForkPair(_GatedPair):
             # what ended it already (the server died or never warmed up), else None: sent
             self.early, self.waited_s = runner._send(self.server, request)
         except BaseException:
-            runner._lock.release()
             self._release()
             raise
 
@@ -402,28 +408,18 @@ class _ForkPair(_GatedPair):
             self.runner._discard(self.server)
             raise
 
-    def finish(self) -> tuple[AttemptResult, AttemptResult]:
-        try:
-            self.gate.open()
-            opened = time.perf_counter()
-            ending = self._follow(time.monotonic() + self.timeout_s)
-            ending.waited_s = self.waited_s
-            lead = self.runner._result_of(self.spec, ending, time.perf_counter() - self.started - self.waited_s,
-                                          self.result_path, self.log_path, self.timeout_s)
-            return self._pair(lead, opened)
-        finally:
-            self.runner._lock.release()
-            self._release()
+    def _lead(self) -> AttemptResult:
+        ending = self._follow(time.monotonic() + self.timeout_s)
+        ending.waited_s = self.waited_s
+        return self.runner._result_of(self.spec, ending, time.perf_counter() - self.started - self.waited_s,
+                                      self.result_path, self.log_path, self.timeout_s)
 
-    def cancel(self) -> None:
-        if self.done:
-            return
-        try:
-            self.gate.stop()
-            self._follow(time.monotonic() + _CANCEL_GRACE_S)  # past it, the time-out's path kills the child
-        finally:
-            self.runner._lock.release()
-            self._release()
+    def _end_unmeasured(self) -> None:
+        self._follow(time.monotonic() + _CANCEL_GRACE_S)  # past it, the time-out's path kills the child
+
+    def _release(self) -> None:
+        self.runner._lock.release()
+        super()._release()
 
 
 class _Server:
