@@ -480,8 +480,7 @@ class _MemoryCarrier:
     def needed(self, *arms: str, pending: tuple = ()) -> bool:
         """Whether an attempt of these arms must make its own estimate; ``pending``: ``(arm, result)``
         pairs not applied yet (a round not logged yet), whose estimates will be held by then."""
-        coming = {arm for arm, result in pending if result.ok and isinstance(result.memory, dict)
-                  and result.memory.get("status") == "estimated"}
+        coming = {arm for arm, result in pending if result.ok and _estimated(result.memory)}
         return not self.enabled or any(arm not in self.held and arm not in coming for arm in arms)
 
     def apply(self, arm: str, started, result):
@@ -495,9 +494,14 @@ class _MemoryCarrier:
             result = dataclasses.replace(result, memory=record, peak_mem_mib=peak, mem_status=record["status"])
             return result, source
         memory = result.memory
-        if held is None and isinstance(memory, dict) and memory.get("status") == "estimated":
+        if held is None and _estimated(memory):
             self.held[arm] = ({**memory, "notes": [*memory.get("notes", []), _CARRIED_NOTE]}, started.attempt_id)
         return result, None
+
+
+def _estimated(memory: Any) -> bool:
+    """Whether an attempt's memory record is a CPU estimate (what an arm's later attempts carry)."""
+    return isinstance(memory, dict) and memory.get("status") == "estimated"
 
 
 _CARRIED_NOTE = ("estimated once per arm in this comparison (a CPU estimate is a function of the conditions): "
