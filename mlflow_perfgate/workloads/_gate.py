@@ -13,6 +13,11 @@ to it) and writes one byte: ``go`` to let the measured steps run, ``stop`` when 
 stopped before them (an error while it logged, a signal). The child reads it; the end of the
 pipe (the parent is gone) or a missing gate counts as ``stop``: the child then ends without
 measuring, both arms failed with :data:`CANCELLED`.
+
+A second named pipe beside it, ``measured``, goes the other way: the child writes one byte
+there when its measured steps are over (its quality, memory record and probe still to come), so
+that the parent may do what does not depend on this round's figures (start the next round's
+runs) beside that tail, and still beside no measured step.
 """
 
 from __future__ import annotations
@@ -23,11 +28,15 @@ import select
 import time
 from pathlib import Path
 
-__all__ = ["CANCELLED", "Gate", "wait_at_gate"]
+__all__ = ["CANCELLED", "Gate", "tell_measured", "wait_at_gate"]
 
 #: The failure of both arms of a child whose gate was closed for good before its measured steps.
 CANCELLED = "cancelled: the comparison stopped before this round's measured steps"
-_GO, _STOP = b"g", b"s"
+_GO, _STOP, _MEASURED = b"g", b"s", b"m"
+
+
+def _measured_path(gate_path: str) -> str:
+    return os.path.join(os.path.dirname(gate_path), "measured")
 
 
 class Gate:
@@ -44,8 +53,13 @@ class Gate:
         # Read-write: never blocks, and keeps the pipe (and what is written to it) alive until
         # the child has read it, whenever it gets there.
         self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        measured = _measured_path(self.path)
+        os.mkfifo(measured, 0o600)
+        #: The parent's end of the ``measured`` pipe (read-write: the child's open never blocks).
+        self.measured_fd: int | None = os.open(measured, os.O_RDWR | os.O_NONBLOCK)
         self.opened_at: float | None = None
         self.stopped = False
+        self.measured = False
 
     def open(self) -> None:
         """Let the child go on to its measured steps (once; a stopped gate stays stopped)."""
@@ -63,11 +77,22 @@ class Gate:
         if self._fd is not None:
             os.write(self._fd, byte)
 
+    def read_measured(self) -> bool:
+        """Whether the child has said its measured steps are over (never blocks)."""
+        if not self.measured and self.measured_fd is not None:
+            try:
+                self.measured = os.read(self.measured_fd, 1) == _MEASURED
+            except BlockingIOError:
+                pass
+        return self.measured
+
     def close(self) -> None:
-        """Close the parent's end (after the child has ended: what it had not read is lost)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Close the parent's ends (after the child has ended: what it had not read is lost)."""
+        for name in ("_fd", "measured_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
 
 
 def wait_at_gate(path: str) -> tuple[bool, float]:
@@ -95,5 +120,19 @@ def wait_at_gate(path: str) -> tuple[bool, float]:
                     continue
                 return False, time.perf_counter() - started
             return byte == _GO, time.perf_counter() - started
+    finally:
+        os.close(fd)
+
+
+def tell_measured(gate_path: str) -> None:
+    """In the child: say that the measured steps are over; a parent that is gone hears nothing."""
+    try:
+        fd = os.open(_measured_path(gate_path), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # no reader (the parent is gone) or no pipe
+        return
+    try:
+        os.write(fd, _MEASURED)
+    except OSError:
+        pass
     finally:
         os.close(fd)

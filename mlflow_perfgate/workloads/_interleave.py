@@ -118,7 +118,8 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
 
     With ``gate`` (a :class:`~._gate.Gate`'s path), both arms are built and warmed up, then the
     child waits there until the parent lets it go on (``gate_wait_s`` says how long); a gate
-    stopped instead fails both arms with :data:`~._gate.CANCELLED` and measures nothing.
+    stopped instead fails both arms with :data:`~._gate.CANCELLED` and measures nothing. Once the
+    measured steps are over the child says so (:func:`~._gate.tell_measured`) before its tail.
 
     Returns:
         ``(result of arm A, result of arm B)``, each as :func:`execute_in_process` would give it
@@ -177,6 +178,10 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                 if deadline is not None:  # the wait is the parent's, not the attempt's
                     deadline += arms[0].fields["gate_wait_s"]
             _measure(arms, steps, deadline, timeout_s)
+            if gate is not None and any(arm.measured.times_ms for arm in arms):
+                from ._gate import tell_measured
+
+                tell_measured(gate)  # the parent may now work beside this child's tail
             for arm in arms:
                 _globals.apply(arm.state or initial)
                 _finish_arm(arm, workload_name, probe, memory, measures)

@@ -14,6 +14,7 @@ end becomes an :class:`AttemptResult`):
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import select
@@ -66,6 +67,8 @@ _REAP_GRACE_S = 10.0
 #: How long a cancelled pair's child may take to read its stopped gate and end before it is killed
 #: (it has measured nothing: one still importing or warming up is killed rather than waited for).
 _CANCEL_GRACE_S = 1.0
+#: How often a spawned pair waiting for its child's ``measured`` byte looks whether the child ended.
+_POLL_S = 0.01
 #: How long a server asked to exit may take before it is killed.
 _EXIT_GRACE_S = 5.0
 _READ_CHUNK = 65536
@@ -281,8 +284,18 @@ class _Ending:
 class PendingPair:
     """A step-interleaved pair begun ahead (:meth:`AttemptRunner.begin_interleaved`).
 
-    Call exactly one of :meth:`finish` and :meth:`cancel`.
+    End it with exactly one of :meth:`finish` and :meth:`cancel`; :meth:`open` and
+    :meth:`measured` may come before :meth:`finish`.
     """
+
+    def open(self) -> None:
+        """Let the child's measured steps run (open its gate); :meth:`finish` opens it if not yet."""
+
+    def measured(self) -> bool:
+        """Open the gate and wait until the child's measured steps are over: ``True`` then (its
+        quality, memory record and probe still to come); ``False`` when the child ended first,
+        its time ran out, or this pair cannot tell (then nothing is waited for)."""
+        return False
 
     def finish(self) -> tuple[AttemptResult, AttemptResult]:
         """Let the child's measured steps run (open its gate) and return both arms' results, as
@@ -291,7 +304,8 @@ class PendingPair:
         raise NotImplementedError
 
     def cancel(self) -> None:
-        """End the child without its measured steps (stop its gate, wait briefly, else kill it)."""
+        """End the child: one not let through its gate ends without measuring; one let through
+        is given a moment to end, else killed."""
         raise NotImplementedError
 
 
@@ -325,16 +339,28 @@ class _GatedPair(PendingPair):
             raise
         self.spec = {**spec, "pair_result": str(tmp / "pair.json"), "gate": self.gate.path}
         self.started = time.perf_counter()
+        self.opened: float | None = None  # perf_counter() at the gate's opening
+        self.deadline = 0.0  # monotonic(): the child's time limit, from the gate's opening
         self.done = False
+
+    def open(self) -> None:
+        if self.done:
+            raise ValueError("this pair was finished or cancelled already")
+        if self.opened is None:
+            self.gate.open()
+            self.opened, self.deadline = time.perf_counter(), time.monotonic() + self.timeout_s
+
+    def measured(self) -> bool:
+        self.open()
+        return self._wait_measured()
 
     def finish(self) -> tuple[AttemptResult, AttemptResult]:
         if self.done:
             raise ValueError("this pair was finished or cancelled already")
         try:
-            self.gate.open()
-            opened = time.perf_counter()
+            self.open()
             lead = self._lead()
-            after = time.perf_counter() - opened
+            after = time.perf_counter() - self.opened
             results = pair_results(lead, self.spec["pair_result"], *self.conditions)
             return tuple(dataclasses.replace(result, after_gate_s=after) for result in results)
         finally:
@@ -350,7 +376,12 @@ class _GatedPair(PendingPair):
             self._release()
 
     def _lead(self) -> AttemptResult:
-        """Follow the child to its end (its gate open): the runner's result of it, the leading arm's."""
+        """Follow the child to its end (its gate open) or :attr:`deadline`: the runner's result of
+        it, the leading arm's."""
+        raise NotImplementedError
+
+    def _wait_measured(self) -> bool:
+        """Until the gate's ``measured`` byte (``True``), the child's end or :attr:`deadline` (``False``)."""
         raise NotImplementedError
 
     def _end_unmeasured(self) -> None:
@@ -375,8 +406,15 @@ class _SpawnPair(_GatedPair):
             raise
 
     def _lead(self) -> AttemptResult:
-        ended = wait_contained(self.process, self.timeout_s, self.log_path, self.started)
+        ended = wait_contained(self.process, max(0.0, self.deadline - time.monotonic()), self.log_path, self.started)
         return spawned_result(self.spec, ended, self.result_path, self.timeout_s)
+
+    def _wait_measured(self) -> bool:
+        while not self.gate.read_measured():
+            if self.process.poll() is not None or time.monotonic() >= self.deadline:
+                return False
+            select.select([self.gate.measured_fd], [], [], _POLL_S)
+        return True
 
     def _end_unmeasured(self) -> None:
         wait_contained(self.process, _CANCEL_GRACE_S, self.log_path, self.started)
@@ -389,6 +427,7 @@ class _ForkPair(_GatedPair):
                  timeout_s: float) -> None:
         super().__init__(spec, conditions_a, conditions_b, timeout_s)
         self.runner = runner
+        self.ended = False  # the child's end was read (and held) while waiting for its measured byte
         runner._lock.acquire()
         try:
             self.server = runner._live_server()
@@ -408,8 +447,34 @@ class _ForkPair(_GatedPair):
             self.runner._discard(self.server)
             raise
 
+    def _wait_measured(self) -> bool:
+        if self.early is not None:
+            return False
+        server, events = self.server, self.server.process.stdout.fileno()
+        try:
+            while not self.gate.read_measured():
+                if self.ended:
+                    return False
+                # an event read here (the child's start, its end) is kept for _events
+                while b"\n" in server.buffer or select.select([events], [], [], 0)[0]:
+                    event = server.read_new_event(time.monotonic())
+                    if event is None:
+                        break
+                    server.held.append(event)
+                    if event.get("event") in ("exited", "done"):
+                        self.ended = True
+                        return self.gate.read_measured()
+                remaining = self.deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                select.select([self.gate.measured_fd, events], [], [], remaining)
+        except _ServerGone:  # _events finds it again and says how it ended
+            self.ended = True
+            return False
+        return True
+
     def _lead(self) -> AttemptResult:
-        ending = self._follow(time.monotonic() + self.timeout_s)
+        ending = self._follow(self.deadline)
         ending.waited_s = self.waited_s
         return self.runner._result_of(self.spec, ending, time.perf_counter() - self.started - self.waited_s,
                                       self.result_path, self.log_path, self.timeout_s)
@@ -439,6 +504,8 @@ class _Server:
         #: Children the server announced and has not reported ended (their process groups).
         self.children: set[int] = set()
         self.buffer = b""
+        #: Events read ahead (a begun pair waiting for its ``measured`` byte), returned first.
+        self.held: collections.deque = collections.deque()
         self.finalizer = weakref.finalize(self, _Server._kill_process, self.process, self.children)
 
     @staticmethod
@@ -469,6 +536,10 @@ class _Server:
 
     def read_event(self, deadline: float | None) -> dict | None:
         """The next event, or ``None`` once ``deadline`` (a ``time.monotonic()``) has passed."""
+        return self.held.popleft() if self.held else self.read_new_event(deadline)
+
+    def read_new_event(self, deadline: float | None) -> dict | None:
+        """:meth:`read_event`, past the events held."""
         fd = self.process.stdout.fileno()
         while b"\n" not in self.buffer:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
