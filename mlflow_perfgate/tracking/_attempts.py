@@ -245,13 +245,14 @@ def held_attempts(runs, group: str) -> dict:
     return chosen
 
 
-def _send(payload: dict, use_journal: bool) -> str:
+def _send(payload: dict, use_journal: bool, *, params_written: bool = False) -> str:
     mlflow_client = _client.client(probe=False)
     if use_journal:
-        _journal.append(payload)
+        _journal.append(payload)  # whole: a replay writes the params again (the same values)
     try:
         _client.ensure_reachable(mlflow_client.tracking_uri, series=True)
-        run_id = write_payload(mlflow_client, payload, payload.get("run_id"), journaled=use_journal)
+        run_id = write_payload(mlflow_client, payload, payload.get("run_id"), journaled=use_journal,
+                               params_written=params_written)
     except Exception as exc:
         if use_journal and _client.is_unreachable(exc):
             raise AttemptDeferred(payload["attempt_id"], exc) from exc
@@ -345,10 +346,12 @@ def check_parent_runs(parents) -> None:
             raise
 
 
-def write_payload(mlflow_client, payload: dict, run_id: str | None = None, *, journaled: bool = False) -> str:
+def write_payload(mlflow_client, payload: dict, run_id: str | None = None, *, journaled: bool = False,
+                  params_written: bool = False) -> str:
     """Write one checked attempt: create the run with its tags (unless ``run_id``, a run created
-    when the attempt started), one ``log_batch`` of params, metrics and the outcome, terminate
-    (FINISHED when ok, else FAILED, or the payload's ``status``: KILLED for a stopped attempt).
+    when the attempt started), one ``log_batch`` of params (unless ``params_written``: the started
+    run has them), metrics and the outcome, terminate (FINISHED when ok, else FAILED, or the
+    payload's ``status``: KILLED for a stopped attempt).
 
     A ``log_batch`` that fails ends the run FAILED (a crash), unless the store could not be reached
     and the attempt is ``journaled``: its outcome may have landed (only the answer was lost), and
@@ -363,7 +366,8 @@ def write_payload(mlflow_client, payload: dict, run_id: str | None = None, *, jo
                      tags=payload["tags"], histories=payload.get("histories") or {})
     metric_entities, result_tags = entities(result)
     try:
-        _client.log_batch(mlflow_client, run_id, params=payload["params"], metrics=metric_entities, tags=result_tags)
+        _client.log_batch(mlflow_client, run_id, params=None if params_written else payload["params"],
+                          metrics=metric_entities, tags=result_tags)
     except BaseException as exc:
         if not (journaled and isinstance(exc, Exception) and _client.is_unreachable(exc)):
             with contextlib.suppress(Exception):
@@ -385,10 +389,11 @@ class StartedAttempt:
     that ran it at once, elsewhere once it is stale.
     """
 
-    def __init__(self, payload: dict, run_id: str | None, use_journal: bool):
+    def __init__(self, payload: dict, run_id: str | None, use_journal: bool, params_written: bool = False):
         self.payload = payload
         self.run_id = run_id
         self.use_journal = use_journal
+        self.params_written = params_written  # the started run holds its params: the outcome's write skips them
 
     @property
     def attempt_id(self) -> str:
@@ -415,7 +420,7 @@ class StartedAttempt:
                                                environment).items() if k.startswith(TAG.ENV_PREFIX)}
         payload = {**self.payload, "ok": result.ok, "metrics": result.metrics, "step_times_ms": result.step_times_ms,
                    "histories": result.histories, "tags": {**env, **result.tags}, "run_id": self.run_id}
-        return _send(payload, self.use_journal)
+        return _send(payload, self.use_journal, params_written=self.params_written)
 
     def abort(self, failure: str) -> str | None:
         """End the started attempt as stopped before its outcome (SIGTERM reached its comparison):
@@ -426,7 +431,21 @@ class StartedAttempt:
         payload = {**self.payload, "ok": False, "metrics": {}, "step_times_ms": [], "histories": {},
                    "tags": result.tags, "run_id": self.run_id, "status": "KILLED"}
         try:
-            return _send(payload, self.use_journal)
+            return _send(payload, self.use_journal, params_written=self.params_written)
+        except AttemptDeferred:
+            return None
+
+    def withdraw(self, reason: str) -> str | None:
+        """End the started attempt as never run (its round was not let through): as :meth:`abort`,
+        and excluded (``perfgate.excluded``, the reason ``withdrawn: ...``), so that no count
+        judges it; its run id, or ``None`` when the server could not be reached."""
+        result = _check_result(ok=False, latency_ms=None, quality=None, failure=clip(f"withdrawn: {reason}"),
+                               validity=None, metrics=None, step_times_ms=None, tags=None)
+        tags = {**result.tags, TAG.EXCLUDED: "true", TAG.EXCLUDED_REASON: clip(f"withdrawn: {reason}")}
+        payload = {**self.payload, "ok": False, "metrics": {}, "step_times_ms": [], "histories": {},
+                   "tags": tags, "run_id": self.run_id, "status": "KILLED"}
+        try:
+            return _send(payload, self.use_journal, params_written=self.params_written)
         except AttemptDeferred:
             return None
 
@@ -451,17 +470,18 @@ def start_attempt(group: str, arm: str, conditions: dict, *, experiment_name: st
     use_journal = _journal_enabled(mlflow_client.tracking_uri) if journal is None else journal
     if use_journal:
         _journal.append_started(payload)
-    run_id = None
+    run_id, params_written = None, False
     try:
         _client.ensure_reachable(mlflow_client.tracking_uri, series=True)
         if parent_run_id:
             _check_parent(mlflow_client, parent_run_id, payload["group"])
         run_id = _create(mlflow_client, payload)
         _client.log_batch(mlflow_client, run_id, params=payload["params"])
+        params_written = True
     except Exception as exc:
         if not _client.is_unreachable(exc):
             raise
-    return StartedAttempt(payload, run_id, use_journal)
+    return StartedAttempt(payload, run_id, use_journal, params_written)
 
 
 @contextlib.contextmanager
