@@ -743,6 +743,8 @@ class _Comparison:
         self.arms = {"baseline": plan.base, "candidate": plan.candidate}
         self.deferred: list[str] = []  # attempts kept in the journal while the server was down
         self.in_flight: list = []  # the started attempts whose outcome is not known yet (KILLED if compare stops)
+        self.ahead: dict[int, list] = {}  # pair -> its runs started before its round was let through
+        self.rounds_logged = 0
         self.witness = _ChangeWitness(plan.variable)  # the factory must not ignore the change (once per arm)
         self.quality_seen = plan.allow_undecidable  # the quality gate must be able to fail (first baseline)
         self.memory = _MemoryCarrier(plan.objective)  # a CPU estimate once per arm, where nothing judges it
@@ -842,13 +844,22 @@ class _Comparison:
 
     # -- rounds -------------------------------------------------------------------------------
 
-    def _start(self, arm: str, pair: int):
+    def _start(self, arm: str, pair: int, *, ahead: bool = False):
+        """An attempt's run, started; in flight at once, or (``ahead``) kept until its round runs."""
         from .tracking import start_attempt
 
         started = start_attempt(self.group, arm, self.arms[arm], experiment_name=self.plan.experiment_name,
                                 parent_run_id=self.comparison_id, pair=pair,
                                 environment={"gpu_name": _gpu_name(self.arms[arm])})
-        self.in_flight.append(started)
+        (self.ahead.setdefault(pair, []) if ahead else self.in_flight).append(started)
+        return started
+
+    def _started(self, order: tuple, pair: int) -> list:
+        """A round's runs: those started ahead for it, else started now; in flight from here."""
+        started = self.ahead.pop(pair, None)
+        if started is None:
+            return [self._start(arm, pair) for arm in order]
+        self.in_flight.extend(started)
         return started
 
     def report(self, arm: str, started, result, bar) -> None:
@@ -876,26 +887,35 @@ class _Comparison:
         warm-up run beside the store's writes, and it waits at its gate (``_gate``) until they are
         done, so no measured step runs beside them. A round is logged before the next one's
         measured steps start: a stop then loses nothing measured.
+
+        The next round's two runs are started beside this child's tail (its quality, memory record
+        and probe, after its measured steps), once a round of the comparison has been logged (its
+        checks passed); if the comparison stops before that round is let through, they are
+        withdrawn (excluded, never judged).
         """
         previous = None
         for index in range(count):
-            previous = self._round(first_pair + index, previous, bar)
+            previous = self._round(first_pair + index, previous, bar, last=index == count - 1)
         if previous is not None:
             self._report_round(*previous, bar)
 
-    def _round(self, pair: int, previous: tuple | None, bar) -> tuple:
+    @staticmethod
+    def _order(pair: int) -> tuple[str, str]:
+        return ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
+
+    def _round(self, pair: int, previous: tuple | None, bar, *, last: bool = True) -> tuple:
         """Begin this round's child, log the previous round, start this one's runs, then let it measure."""
         from .workloads import AttemptRunner, run_interleaved
 
         plan = self.plan
-        order = ("baseline", "candidate") if pair % 2 == 0 else ("candidate", "baseline")
+        order = self._order(pair)
         logged_next = () if previous is None else tuple(zip(previous[0], previous[2]))
         arguments = dict(timeout_s=2 * plan.timeout_s, threads=plan.threads,
                          memory=self.memory.needed(*order, pending=logged_next), measures=plan.measures)
         if not isinstance(self.active, AttemptRunner):  # in this process: nothing can run ahead
             if previous is not None:
                 self._report_round(*previous, bar)
-            started = [self._start(arm, pair) for arm in order]
+            started = self._started(order, pair)
             results = run_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
                                       supervised=plan.supervised, runner=self.active, **arguments)
         else:
@@ -904,11 +924,14 @@ class _Comparison:
             try:
                 if previous is not None:
                     self._report_round(*previous, bar)
-                started = [self._start(arm, pair) for arm in order]
-            except BaseException:  # the round's child ends without measuring, and no run of it exists
+                started = self._started(order, pair)
+                if not last and self.rounds_logged and pending.measured():
+                    for arm in self._order(pair + 1):
+                        self._start(arm, pair + 1, ahead=True)
+                results = pending.finish()
+            except BaseException:  # a child not let through ends without measuring
                 pending.cancel()
                 raise
-            results = pending.finish()
         self.in_flight.clear()
         return order, started, results
 
@@ -922,6 +945,7 @@ class _Comparison:
         refused = next((r.failure for r in results if (r.failure or "").startswith(INTERLEAVE_REFUSED)), None)
         if refused:
             raise InputError(refused.split(": ", 1)[1])
+        self.rounds_logged += 1
 
     def run_block(self, order: list[str], bar) -> None:
         """Attempts in ``order`` (an ABBA block): whole attempts, or rounds of both arms with ``steps``."""
@@ -1002,6 +1026,9 @@ class _Comparison:
         for started in self.in_flight:
             with contextlib.suppress(Exception):
                 started.abort(f"{what}: compare stopped while this attempt ran ({reason})")
+        for started in (attempt for runs in self.ahead.values() for attempt in runs):
+            with contextlib.suppress(Exception):
+                started.withdraw(f"{what}: compare stopped before this attempt's round ran ({reason})")
         try:
             end_run(self.comparison_id, "KILLED", reason=f"compare stopped before its decision: {reason}")
         except Exception:  # the server may be what failed; the original error matters

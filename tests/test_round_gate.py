@@ -43,6 +43,7 @@ def test_a_begun_pair_waits_at_its_gate_and_a_cancelled_one_leaves_the_runner_us
         begun = time.perf_counter()
         pending = runner.begin_interleaved("tinylm", TINY, {**TINY, "checkpoint": True}, threads=1)
         time.sleep(0.5)  # the caller's own work (the previous round's logging)
+        assert pending.measured() is True  # the child's measured steps are over, its tail to come
         a, b = pending.finish()
         elapsed = time.perf_counter() - begun
         assert a.ok and b.ok, (a.failure, a.failure_detail)
@@ -52,6 +53,12 @@ def test_a_begun_pair_waits_at_its_gate_and_a_cancelled_one_leaves_the_runner_us
         assert 0 <= a.wall_s and a.wall_s + a.gate_wait_s <= elapsed + 0.01
 
         runner.begin_interleaved("tinylm", TINY, TINY, threads=1).cancel()
+        # a child that measures nothing (both arms refused) says nothing: measured() waits for its end
+        pending = runner.begin_interleaved("tests.workloads_fixtures.hostile:broken_factory", {}, {}, threads=1,
+                                           warmup=0, steps=1)
+        assert pending.measured() is False
+        a, b = pending.finish()
+        assert not a.ok and a.failure.startswith("invalid_conditions") and not b.ok
         a, b = runner.run_interleaved("tinylm", TINY, {**TINY, "checkpoint": True}, threads=1)
         assert a.ok and b.ok and a.gate_wait_s is None and a.after_gate_s is None
 
@@ -80,3 +87,39 @@ def test_a_round_whose_predecessor_cannot_be_logged_never_measures_and_leaves_no
     assert len(attempts) == 2 and {run.data.tags[TAG.ARM] for run in attempts} == {"baseline", "candidate"}
     comparison = [run for run in runs if run.data.tags.get(TAG.KIND) == "comparison"]
     assert [run.info.status for run in comparison] == ["KILLED"]
+
+
+def test_the_runs_started_beside_a_childs_tail_are_withdrawn_when_the_round_before_cannot_be_logged(sqlite_uri):
+    """Once a round is logged, the next round's runs are started while the current child finishes
+    (after its measured steps). When the current round's logging then fails, those runs were never
+    measured: they end KILLED and excluded ('withdrawn'), so that no count judges them."""
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_perfgate.harness import compare
+    from mlflow_perfgate.tracking import TAG
+    from mlflow_perfgate.tracking._group import attempt_state
+
+    seen = []
+
+    def refuse_the_fourth(arm, result):
+        seen.append(result)
+        if len(seen) == 4:
+            raise RuntimeError("the caller's callback failed")
+
+    with pytest.raises(RuntimeError, match="callback failed"):
+        compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 2}, {"checkpoint": True}, attempts=3,
+                min_valid_runs=3, progress=False, interleave="steps", allow_undecidable=True, runner="fork",
+                on_attempt=refuse_the_fourth)
+    runs = MlflowClient().search_runs(["0"], max_results=100)
+    attempts = [run for run in runs if run.data.tags.get(TAG.KIND) == "attempt"]
+    by_pair = {}
+    for run in attempts:
+        by_pair.setdefault(int(run.data.tags[TAG.PAIR]), []).append(run)
+    assert sorted(by_pair) == [0, 1, 2] and all(len(pair) == 2 for pair in by_pair.values())
+    for run in by_pair[0] + by_pair[1]:  # measured and logged (the callback failed after the write)
+        assert run.info.status == "FINISHED" and run.data.tags[TAG.OK] == "true"
+    for run in by_pair[2]:  # started ahead, never let through its gate
+        assert run.info.status == "KILLED"
+        state, reason = attempt_state(run.data.tags, run.info.status, run.info.start_time, run.info.start_time, 3600)
+        assert state == "excluded" and reason.startswith("withdrawn: interrupted: ") and "callback failed" in reason
+        assert "step_time_ms" not in run.data.metrics
