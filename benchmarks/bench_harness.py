@@ -31,7 +31,8 @@ Prints, from one run:
    steps), and at the specification's rule on whole attempts (``method="seed"``, 5 x 10), on a
    quiet machine and beside one busy process per core: compare efficiency, the fixed cost per
    compare split by phase (before the first round, between rounds, after the last) and beyond
-   the server's warm-up, and a round's overhead over its measured steps, beside the targets (the
+   the server's warm-up, and a round's overhead over its measured steps, beside the targets
+   (``--restated-loads`` adds a memory-bandwidth hog and duty-cycle spinners, ``RESTATED_LOADS``; the
    process's first compare, which also imports scipy and matplotlib, is shown as ``first`` and
    kept out of the medians).
 
@@ -313,7 +314,26 @@ def _server_warm_up_s() -> float:
         return time.perf_counter() - started
 
 
-def restated(repeats: int) -> None:
+#: The loads of the ``restated`` section: none, one busy process per core (the targets' "steady
+#: neighbour"), and two neighbours unlike it from the broadened noise lab (``lab_neighbours.py``): a
+#: memory-bandwidth hog, and two duty-cycle spinners (50% on, periods of 15 and 60 ms).
+RESTATED_LOADS = ("quiet", "steady", "membw", "duty")
+
+
+def _neighbours(load: str) -> list:
+    """The load's neighbour processes, started here; each ends itself at its horizon or with us."""
+    if load == "steady":
+        return _spinners(os.cpu_count() or 2, 900)
+    if load == "quiet":
+        return []
+    from lab_neighbours import _NEIGHBOUR, neighbour_plan
+
+    return [subprocess.Popen([sys.executable, "-c", _NEIGHBOUR, name, "900", str(os.getpid()), *map(str, arguments)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for name, *arguments in neighbour_plan(load, 0.03)]
+
+
+def restated(repeats: int, loads: tuple = ("quiet", "steady")) -> None:
     """Issue 26: what a user waits for, at the recommended configuration (compare's default) and at the
     specification's seed rule on whole attempts, quiet and loaded.
 
@@ -323,8 +343,9 @@ def restated(repeats: int) -> None:
     round (the server's warm-up, the store, the comparison run), between rounds (each attempt's
     logging) and after the last (the evaluation, plots, report, decision run); and a round's
     overhead over its measured steps (a round: both arms' attempts, one child each, or one shared
-    child with ``--interleave steps``). ``steady``: one busy process per core beside it, started
-    and ended here by PID.
+    child with ``--interleave steps``). ``steady``: one busy process per core beside it; ``membw``
+    and ``duty``: the noise lab's memory-bandwidth hog and duty-cycle spinners; each started and
+    ended here by PID.
     """
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from mlflow_perfgate import harness
@@ -336,8 +357,8 @@ def restated(repeats: int) -> None:
           f" {'before s':>9} {'between s':>10} {'after s':>8} {'fixed-warm s':>13} {'round overhead':>15}"
           f" {'child overhead':>15}")
     figures: dict[tuple, list[dict]] = {}
-    for load in ("quiet", "steady"):
-        neighbours = _spinners(os.cpu_count() or 2, 900) if load == "steady" else []
+    for load in loads:
+        neighbours = _neighbours(load)
         try:
             time.sleep(1.0 if neighbours else 0.0)
             # The first compare of a process also imports scipy and matplotlib and makes the store's
@@ -484,12 +505,17 @@ def main() -> None:
                         help="also the fork comparison with this many measured steps per attempt (0: not)")
     parser.add_argument("--main-job-runs", type=int, default=2, help="main jobs per runner (mainjob)")
     parser.add_argument("--restated-repeats", type=int, default=2, help="compares per config and load (restated)")
+    parser.add_argument("--restated-loads", default="quiet,steady",
+                        help=f"loads of the restated section, of {','.join(RESTATED_LOADS)}")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}")
     args = parser.parse_args()
     sections = args.only.split(",")
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         parser.error(f"--only must name sections of {list(SECTIONS)}, got {unknown}")
+    unknown = sorted(set(args.restated_loads.split(",")) - set(RESTATED_LOADS))
+    if unknown:
+        parser.error(f"--restated-loads must name loads of {list(RESTATED_LOADS)}, got {unknown}")
     conditions = {"model": "TinyLM", "input_shape": args.input_shape, "dtype": "fp32", "device": "cpu"}
     started = time.perf_counter()
     print(f"torch {torch.__version__}, {args.threads} thread(s), load average {_load()} ({_loadavg()})\n")
@@ -506,7 +532,7 @@ def main() -> None:
     if "mainjob" in sections:
         main_job(args.compare_runners.split(","), args.main_job_runs)
     if "restated" in sections:
-        restated(args.restated_repeats)
+        restated(args.restated_repeats, tuple(args.restated_loads.split(",")))
     print(f"\ntotal {time.perf_counter() - started:.1f} s, load average {_load()} ({_loadavg()})")
 
 

@@ -63,9 +63,9 @@ def test_a_begun_pair_waits_at_its_gate_and_a_cancelled_one_leaves_the_runner_us
         assert a.ok and b.ok and a.gate_wait_s is None and a.after_gate_s is None
 
 
-def test_a_round_whose_predecessor_cannot_be_logged_never_measures_and_leaves_no_run(sqlite_uri):
-    """The next round's child is begun before the previous round is logged; when that logging
-    fails (here the caller's callback), the child is cancelled at its gate and no run of it exists."""
+def _compare_whose_callback_fails_at(attempt: int) -> tuple[list, list]:
+    """A 3-round step-interleaved compare whose caller's callback raises at its ``attempt``-th
+    attempt (after that attempt is written); the attempt runs and the comparison runs it left."""
     from mlflow.tracking import MlflowClient
 
     from mlflow_perfgate.harness import compare
@@ -73,19 +73,28 @@ def test_a_round_whose_predecessor_cannot_be_logged_never_measures_and_leaves_no
 
     seen = []
 
-    def refuse_the_second(arm, result):
+    def refuse(arm, result):
         seen.append(result)
-        if len(seen) == 2:
+        if len(seen) == attempt:
             raise RuntimeError("the caller's callback failed")
 
     with pytest.raises(RuntimeError, match="callback failed"):
         compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 2}, {"checkpoint": True}, attempts=3,
                 min_valid_runs=3, progress=False, interleave="steps", allow_undecidable=True, runner="fork",
-                on_attempt=refuse_the_second)
+                on_attempt=refuse)
     runs = MlflowClient().search_runs(["0"], max_results=100)
-    attempts = [run for run in runs if run.data.tags.get(TAG.KIND) == "attempt"]
+    return ([run for run in runs if run.data.tags.get(TAG.KIND) == "attempt"],
+            [run for run in runs if run.data.tags.get(TAG.KIND) == "comparison"])
+
+
+def test_a_round_whose_predecessor_cannot_be_logged_never_measures_and_leaves_no_run(sqlite_uri):
+    """The next round's child is begun before the previous round is logged; when that logging
+    fails (here the caller's callback, on the first round), the child is cancelled at its gate and
+    no run of it exists."""
+    from mlflow_perfgate.tracking import TAG
+
+    attempts, comparison = _compare_whose_callback_fails_at(2)
     assert len(attempts) == 2 and {run.data.tags[TAG.ARM] for run in attempts} == {"baseline", "candidate"}
-    comparison = [run for run in runs if run.data.tags.get(TAG.KIND) == "comparison"]
     assert [run.info.status for run in comparison] == ["KILLED"]
 
 
@@ -93,25 +102,11 @@ def test_the_runs_started_beside_a_childs_tail_are_withdrawn_when_the_round_befo
     """Once a round is logged, the next round's runs are started while the current child finishes
     (after its measured steps). When the current round's logging then fails, those runs were never
     measured: they end KILLED and excluded ('withdrawn'), so that no count judges them."""
-    from mlflow.tracking import MlflowClient
-
-    from mlflow_perfgate.harness import compare
     from mlflow_perfgate.tracking import TAG
     from mlflow_perfgate.tracking._group import attempt_state
 
-    seen = []
-
-    def refuse_the_fourth(arm, result):
-        seen.append(result)
-        if len(seen) == 4:
-            raise RuntimeError("the caller's callback failed")
-
-    with pytest.raises(RuntimeError, match="callback failed"):
-        compare("tinylm", {"input_shape": "2,16", "warmup": 1, "steps": 2}, {"checkpoint": True}, attempts=3,
-                min_valid_runs=3, progress=False, interleave="steps", allow_undecidable=True, runner="fork",
-                on_attempt=refuse_the_fourth)
-    runs = MlflowClient().search_runs(["0"], max_results=100)
-    attempts = [run for run in runs if run.data.tags.get(TAG.KIND) == "attempt"]
+    attempts, comparison = _compare_whose_callback_fails_at(4)
+    assert [run.info.status for run in comparison] == ["KILLED"]
     by_pair = {}
     for run in attempts:
         by_pair.setdefault(int(run.data.tags[TAG.PAIR]), []).append(run)
