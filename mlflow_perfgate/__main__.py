@@ -1,4 +1,4 @@
-from mlflow_perfgate.cli import main
+from mlflow_perfgate.cli import entry
 
 if __name__ == "__main__":
-    main()
+    entry()
