@@ -1103,14 +1103,21 @@ def _runner_scope(runner: Any, workload: str, supervised: bool):
 def _preload_for_decision() -> None:
     """Import now what the comparison needs between and after its attempts.
 
-    ``scipy.stats`` (each attempt's p10 is computed as it is written, between attempts: in the
-    process that runs them when unsupervised) and matplotlib (the decision's plots). Called
-    while a fork runner's server warms up, the imports cost the comparison no time of its own
-    on a machine with a core to spare.
+    MLflow's database store (a SQLite or other database URI: its module, with SQLAlchemy and
+    alembic, took a second to import here, and the first write pays it: the diagnosis's run in
+    the main job), ``scipy.stats`` (each attempt's p10 is computed as it is written, between
+    attempts: in the process that runs them when unsupervised) and matplotlib (the decision's
+    plots). Called while a fork runner's server warms up, the imports cost the comparison no
+    time of its own on a machine with a core to spare; nothing is opened or written.
     """
+    import mlflow
+
     from .rules._stats import preload_step_quantile
     from .tracking._report import preload_plotting
+    from .tracking._store import _DATABASES, store_scheme
 
+    if store_scheme(mlflow.get_tracking_uri()) in _DATABASES:
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
     preload_step_quantile()
     preload_plotting()
 
