@@ -34,7 +34,10 @@ Prints, from one run:
    the server's warm-up, and a round's overhead over its measured steps, beside the targets
    (``--restated-loads`` adds a memory-bandwidth hog and duty-cycle spinners, ``RESTATED_LOADS``; the
    process's first compare, which also imports scipy and matplotlib, is shown as ``first`` and
-   kept out of the medians).
+   kept out of the medians);
+8. ``gap``: whether the wait at the gate (a round's child waits, warm, while the parent logs the
+   round before) changes what a round measures: identical arms through the gate and without it,
+   each round's first measured steps and the leading arm's p10 over the other's.
 
 The 1-minute load average is printed before and after: other work on the machine shows up in
 every figure.
@@ -64,7 +67,7 @@ from mlflow_perfgate.workloads import attempt_runner, interleave, make_workload,
 from mlflow_perfgate.workloads._timing import pinned_threads, time_steps
 from mlflow_perfgate.workloads.tinylm import TinyLMConfig, TinyLMWorkload
 
-SECTIONS = ("clock", "spread", "runners", "phases", "compare", "mainjob", "restated")
+SECTIONS = ("clock", "spread", "runners", "phases", "compare", "mainjob", "restated", "gap")
 
 
 def compare_clocks(conditions: dict, threads: int, steps: int, rounds: int, min_run_time: float) -> None:
@@ -341,7 +344,10 @@ def restated(repeats: int, loads: tuple = ("quiet", "steady")) -> None:
     imported already): its wall time; the measured step time of its attempts over that wall time
     (efficiency); the fixed cost (wall time less its rounds' wall time) split into before the first
     round (the server's warm-up, the store, the comparison run), between rounds (each attempt's
-    logging) and after the last (the evaluation, plots, report, decision run); and a round's
+    logging) and after the last (the evaluation, plots, report, decision run), and beyond the
+    compare's own server warm-up (its runner's start to the server's ready event, both read on the
+    machine's monotonic clock: the standalone warm-up, measured apart, swings by half a second
+    between runs and is printed for reference only); and a round's
     overhead over its measured steps (a round: both arms' attempts, one child each, or one shared
     child with ``--interleave steps``). ``steady``: one busy process per core beside it; ``membw``
     and ``duty``: the noise lab's memory-bandwidth hog and duty-cycle spinners; each started and
@@ -350,11 +356,13 @@ def restated(repeats: int, loads: tuple = ("quiet", "steady")) -> None:
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from mlflow_perfgate import harness
     import mlflow_perfgate.tracking  # noqa: F401 - mlflow's import is not the comparison's cost
+    from mlflow_perfgate.workloads import ForkRunner
 
     warm = statistics.median(_server_warm_up_s() for _ in range(3))
-    print(f"restated (issue 26): the fork server's warm-up alone {warm:.2f} s (median of 3)")
+    print(f"restated (issue 26): the fork server's warm-up alone {warm:.2f} s (median of 3); 'warm s' is each "
+          "compare's own, its runner's start to its server's ready event (one clock), beside the compare")
     print(f"{'config':>12} {'load':>7} {'wall s':>7} {'rounds s':>9} {'measured s':>11} {'efficiency':>11}"
-          f" {'before s':>9} {'between s':>10} {'after s':>8} {'fixed-warm s':>13} {'round overhead':>15}"
+          f" {'before s':>9} {'between s':>10} {'after s':>8} {'warm s':>7} {'fixed-warm s':>13} {'round overhead':>15}"
           f" {'child overhead':>15}")
     figures: dict[tuple, list[dict]] = {}
     for load in loads:
@@ -372,11 +380,14 @@ def restated(repeats: int, loads: tuple = ("quiet", "steady")) -> None:
                 with tempfile.TemporaryDirectory() as tmp:
                     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
                     seen = []
-                    started = time.perf_counter()
-                    harness.compare("tinylm", conditions, {"checkpoint": True}, progress=False, runner="fork",
-                                    on_attempt=lambda arm, attempt: seen.append((time.perf_counter(), attempt)),
-                                    **config)
-                    ended = time.perf_counter()
+                    started, since = time.perf_counter(), time.monotonic()
+                    # the runner compare would make for itself, made here to read when its server was ready
+                    with ForkRunner("tinylm") as runner:
+                        harness.compare("tinylm", conditions, {"checkpoint": True}, progress=False, runner=runner,
+                                        on_attempt=lambda arm, attempt: seen.append((time.perf_counter(), attempt)),
+                                        **config)
+                        ended = time.perf_counter()
+                        own_warm = runner._server.info["ready_at"] - since
                 steps_mode = config.get("interleave", harness.RECOMMENDED["interleave"]) == "steps"
                 rounds = [seen[i:i + 2] for i in range(0, len(seen), 2)]
                 # A step-interleaved round's share of the wall time: from its gate's opening to its
@@ -394,26 +405,78 @@ def restated(repeats: int, loads: tuple = ("quiet", "steady")) -> None:
                 child = statistics.median((w - m) / m for w, m in zip(child_walls, round_measured))
                 row = {"wall": wall, "rounds": in_rounds, "measured": measured, "efficiency": measured / wall,
                        "before": before, "between": wall - in_rounds - before - after, "after": after,
-                       "fixed beyond warm-up s": wall - in_rounds - warm, "round overhead": overhead,
+                       "fixed beyond warm-up s": wall - in_rounds - own_warm, "own warm-up s": own_warm,
+                       "round overhead": overhead,
                        "child overhead": child}
                 if name != "first":
                     figures.setdefault((name, load), []).append(row)
                 print(f"{name:>12} {load:>7} {wall:>7.2f} {in_rounds:>9.2f} {measured:>11.2f}"
                       f" {row['efficiency']:>11.2f} {before:>9.2f} {row['between']:>10.2f} {after:>8.2f}"
-                      f" {row['fixed beyond warm-up s']:>13.2f} {overhead:>15.2f} {child:>15.2f}")
+                      f" {own_warm:>7.2f} {row['fixed beyond warm-up s']:>13.2f} {overhead:>15.2f} {child:>15.2f}")
         finally:
             for process in neighbours:
                 process.kill()
                 process.wait(timeout=10)
     print("\nmedians against issue 26's targets:")
     for (name, load), rows in figures.items():
-        for key in ("efficiency", "fixed beyond warm-up s", "round overhead", "child overhead"):
+        for key in ("efficiency", "own warm-up s", "fixed beyond warm-up s", "round overhead", "child overhead"):
             value = statistics.median(r[key] for r in rows)
             target = RESTATED_TARGETS.get((name, load, key))
             verdict = "" if target is None else (
                 f"  target {'<=' if target[1] else '>='} {target[0]:g}: "
                 f"{'ok' if (value <= target[0] if target[1] else value >= target[0]) else 'MISS'}")
             print(f"  {name:>12} {load:>7} {key:>24} {value:8.2f}{verdict}")
+    print()
+
+
+def gap(repeats: int) -> None:
+    """Whether the wait at the gate changes what a round measures: identical arms (TinyLM, seed 0
+    against seed 1), compared at the recommended configuration through the gate (``compare``'s
+    rounds, the child waiting warm while the parent logs) and without it (a runner whose pairs
+    begin nothing ahead: the parent's writes run while no child exists), alternating.
+
+    Per round: the leading arm's first measured step over its median step (an idle gap that cools
+    caches or clocks shows here), the same for the other arm, and the leader's p10 over the
+    other's (an order effect that the alternating leader cancels in the comparison, and its
+    spread). Medians and quartiles over all rounds, by mode; and the decisions.
+    """
+    from mlflow_perfgate import harness
+    from mlflow_perfgate.rules import percentile
+    from mlflow_perfgate.workloads import AttemptRunner, ForkRunner
+
+    class Ungated(ForkRunner):
+        begin_interleaved = AttemptRunner.begin_interleaved  # the whole pair at finish(): no gate
+
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    rows: dict[str, dict[str, list[float]]] = {"gated": {}, "ungated": {}}
+    decisions: dict[str, list[str]] = {"gated": [], "ungated": []}
+    print(f"gap: identical arms (seed 0 / seed 1), recommended configuration, {repeats} compares per mode, alternating")
+    for index in range(2 * repeats):
+        mode = ("gated", "ungated")[index % 2]
+        seen = []
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
+            runner = ForkRunner("tinylm") if mode == "gated" else Ungated("tinylm")
+            with runner:
+                result = harness.compare("tinylm", {"seed": 0}, {"seed": 1}, progress=False, runner=runner,
+                                         on_attempt=lambda arm, attempt: seen.append(attempt))
+        decisions[mode].append(result["decision"])
+        for first, second in zip(seen[0::2], seen[1::2]):
+            lead, other = (first, second) if first.step_order and first.step_order[0] == 0 else (second, first)
+            if not (lead.ok and other.ok):
+                continue
+            figures = rows[mode]
+            for name, attempt in (("leader first/median", lead), ("other first/median", other)):
+                figures.setdefault(name, []).append(attempt.step_times_ms[0] / statistics.median(attempt.step_times_ms))
+            figures.setdefault("leader p10/other p10", []).append(
+                percentile(lead.step_times_ms, 0.1) / percentile(other.step_times_ms, 0.1))
+            if lead.gate_wait_s is not None:
+                figures.setdefault("gate wait ms", []).append(lead.gate_wait_s * 1e3)
+    for mode, figures in rows.items():
+        print(f"  {mode:>8}: decisions {decisions[mode]}")
+        for name, values in figures.items():
+            q1, q2, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+            print(f"  {mode:>8} {name:>22}: median {q2:7.3f}  (quartiles {q1:.3f}, {q3:.3f}; {len(values)} rounds)")
     print()
 
 
@@ -505,6 +568,7 @@ def main() -> None:
                         help="also the fork comparison with this many measured steps per attempt (0: not)")
     parser.add_argument("--main-job-runs", type=int, default=2, help="main jobs per runner (mainjob)")
     parser.add_argument("--restated-repeats", type=int, default=2, help="compares per config and load (restated)")
+    parser.add_argument("--gap-repeats", type=int, default=3, help="compares per mode (gap)")
     parser.add_argument("--restated-loads", default="quiet,steady",
                         help=f"loads of the restated section, of {','.join(RESTATED_LOADS)}")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}")
@@ -531,6 +595,8 @@ def main() -> None:
         compare_efficiency(args.threads, args.compare_runners.split(","), args.compare_steps)
     if "mainjob" in sections:
         main_job(args.compare_runners.split(","), args.main_job_runs)
+    if "gap" in sections:
+        gap(args.gap_repeats)
     if "restated" in sections:
         restated(args.restated_repeats, tuple(args.restated_loads.split(",")))
     print(f"\ntotal {time.perf_counter() - started:.1f} s, load average {_load()} ({_loadavg()})")

@@ -440,7 +440,8 @@ class Server:
     def serve(self, preload: str | None = None, scratch: str | None = None) -> int:
         try:
             self.warm_up()
-            self.send({**self.status(), "event": "ready"})
+            # ready_at: this machine's monotonic clock, which every process reads alike (for benchmarks)
+            self.send({**self.status(), "event": "ready", "ready_at": time.monotonic()})
             if preload:
                 # The runner's workload, while the runner prepares its first attempt (whose
                 # deadline covers what is left of this). The importing child's pid is announced,
