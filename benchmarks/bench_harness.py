@@ -387,7 +387,8 @@ def restated(repeats: int, loads: tuple = ("quiet", "steady")) -> None:
                                         on_attempt=lambda arm, attempt: seen.append((time.perf_counter(), attempt)),
                                         **config)
                         ended = time.perf_counter()
-                        own_warm = runner._server.info["ready_at"] - since
+                        ready_at = runner._server.info.get("ready_at")  # None: a version before it
+                        own_warm = warm if ready_at is None else ready_at - since
                 steps_mode = config.get("interleave", harness.RECOMMENDED["interleave"]) == "steps"
                 rounds = [seen[i:i + 2] for i in range(0, len(seen), 2)]
                 # A step-interleaved round's share of the wall time: from its gate's opening to its
