@@ -101,8 +101,9 @@ def test_the_default_uri_is_mlflow_s(tmp_path, monkeypatch):
 def test_the_cli_lists_decisions_without_importing_mlflow(sqlite_uri):
     log_series("g-cli")
     result = pg.evaluate_group("g-cli")
-    code = ("import sys, runpy; sys.argv = ['mlflow-perfgate', 'decisions', '--format', 'csv']\n"
-            "try:\n    runpy.run_module('mlflow_perfgate', run_name='__main__')\n"
+    # cli.main, not the console script's entry: that one ends the process itself (cli.entry)
+    code = ("import sys\nimport mlflow_perfgate.__main__\nfrom mlflow_perfgate.cli import main\n"
+            "try:\n    main(['decisions', '--format', 'csv'])\n"
             "except SystemExit:\n    pass\n"
             "print('MLFLOW-IMPORTED' if 'mlflow' in sys.modules else 'NO-MLFLOW')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
