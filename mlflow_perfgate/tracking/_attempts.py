@@ -422,14 +422,15 @@ class StartedAttempt:
                    "histories": result.histories, "tags": {**env, **result.tags}, "run_id": self.run_id}
         return _send(payload, self.use_journal, params_written=self.params_written)
 
-    def abort(self, failure: str) -> str | None:
+    def abort(self, failure: str, *, tags: dict | None = None) -> str | None:
         """End the started attempt as stopped before its outcome (SIGTERM reached its comparison):
-        a failed attempt with ``failure`` as its reason, its run KILLED. Journaled as :meth:`finish`
-        is; its run id, or ``None`` when the server could not be reached (the journal holds it)."""
+        a failed attempt with ``failure`` as its reason, its run KILLED (``tags``: the tool's own,
+        added). Journaled as :meth:`finish` is; its run id, or ``None`` when the server could not
+        be reached (the journal holds it)."""
         result = _check_result(ok=False, latency_ms=None, quality=None, failure=clip(failure), validity=None,
                                metrics=None, step_times_ms=None, tags=None)
         payload = {**self.payload, "ok": False, "metrics": {}, "step_times_ms": [], "histories": {},
-                   "tags": result.tags, "run_id": self.run_id, "status": "KILLED"}
+                   "tags": {**result.tags, **(tags or {})}, "run_id": self.run_id, "status": "KILLED"}
         try:
             return _send(payload, self.use_journal, params_written=self.params_written)
         except AttemptDeferred:
@@ -439,15 +440,8 @@ class StartedAttempt:
         """End the started attempt as never run (its round was not let through): as :meth:`abort`,
         and excluded (``perfgate.excluded``, the reason ``withdrawn: ...``), so that no count
         judges it; its run id, or ``None`` when the server could not be reached."""
-        result = _check_result(ok=False, latency_ms=None, quality=None, failure=clip(f"withdrawn: {reason}"),
-                               validity=None, metrics=None, step_times_ms=None, tags=None)
-        tags = {**result.tags, TAG.EXCLUDED: "true", TAG.EXCLUDED_REASON: clip(f"withdrawn: {reason}")}
-        payload = {**self.payload, "ok": False, "metrics": {}, "step_times_ms": [], "histories": {},
-                   "tags": tags, "run_id": self.run_id, "status": "KILLED"}
-        try:
-            return _send(payload, self.use_journal, params_written=self.params_written)
-        except AttemptDeferred:
-            return None
+        why = clip(f"withdrawn: {reason}")
+        return self.abort(why, tags={TAG.EXCLUDED: "true", TAG.EXCLUDED_REASON: why})
 
 
 def start_attempt(group: str, arm: str, conditions: dict, *, experiment_name: str | None = None,
