@@ -161,3 +161,46 @@ def test_stages_accept_a_model_output_as_the_loss(model_cls):
     assert [stage["name"] for stage in time_record["stages"]] == ["dataloader", "forward", "backward", "optimizer"]
     memory = collect_memory_evidence(workload)
     assert memory["objects"]["gradients"] == memory["objects"]["parameters"]
+
+
+@pytest.mark.parametrize(("values", "dtype", "expected"), [
+    ([3e38, 3e38, -1.0], torch.float32, False),  # finite, but their sum overflows: still finite
+    ([6e4, 6e4], torch.float16, False),
+    ([3e38, float("inf")], torch.float32, True),
+    ([1.0, float("-inf")], torch.float32, True),
+    ([float("inf"), float("-inf")], torch.float32, True),  # a sum of NaN
+    ([1.0, float("nan")], torch.bfloat16, True),
+    ([], torch.float32, False),
+    ([1, 2], torch.int64, False),  # not floating: never a numerical finding
+])
+def test_finiteness_is_judged_element_by_element(values, dtype, expected):
+    from mlflow_perfgate.workloads._probe import _non_finite
+
+    tensor = torch.tensor(values, dtype=dtype)
+    assert _non_finite(tensor) is expected
+    assert _non_finite({"nested": [tensor.reshape(1, -1)]}) is expected
+    assert _non_finite(torch.complex(tensor.float(), torch.zeros(len(values)))) is (expected and dtype.is_floating_point)
+
+
+class _Huge(torch.nn.Module):
+    """Returns finite values so large that their sum overflows float32."""
+
+    def forward(self, x):
+        return x * 0.0 + 3e38
+
+
+class _ThroughHuge(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.big = _Huge()
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(self.big(x) * 1e-38 + x)
+
+
+def test_outputs_whose_sum_overflows_are_still_valid():
+    record = _probe(pm.toy(_ThroughHuge))
+    assert record["issues"] == [], record
+    assert record["details"]["non_finite_modules"] == []
+    assert not bool(torch.isfinite(_Huge()(torch.ones(2, 4)).sum()))  # the sum does overflow
