@@ -119,7 +119,8 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
     With ``gate`` (a :class:`~._gate.Gate`'s path), both arms are built and warmed up, then the
     child waits there until the parent lets it go on (``gate_wait_s`` says how long); a gate
     stopped instead fails both arms with :data:`~._gate.CANCELLED` and measures nothing. Once the
-    measured steps are over the child says so (:func:`~._gate.tell_measured`) before its tail.
+    measured steps are over the child says so (:func:`~._gate.tell_measured`) before its tail,
+    and keeps what that tail frees in its heap (:func:`~._heap.keep_freed_memory`: it ends after it).
 
     Returns:
         ``(result of arm A, result of arm B)``, each as :func:`execute_in_process` would give it
@@ -180,8 +181,10 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
             _measure(arms, steps, deadline, timeout_s)
             if gate is not None and any(arm.measured.times_ms for arm in arms):
                 from ._gate import tell_measured
+                from ._heap import keep_freed_memory
 
                 tell_measured(gate)  # the parent may now work beside this child's tail
+                keep_freed_memory()  # a child of a runner (it has a gate): it ends after its tail
             for arm in arms:
                 _globals.apply(arm.state or initial)
                 _finish_arm(arm, workload_name, probe, memory, measures)
