@@ -37,7 +37,18 @@ Prints, from one run:
    kept out of the medians);
 8. ``gap``: whether the wait at the gate (a round's child waits, warm, while the parent logs the
    round before) changes what a round measures: identical arms through the gate and without it,
-   each round's first measured steps and the leading arm's p10 over the other's.
+   each round's first measured steps and the leading arm's p10 over the other's;
+9. ``answers``: issue 26's answers, each from a fresh process of the real entry point:
+   ``compare --help`` and a usage error (``bench_refusals.py``'s), and ``decisions`` (table and
+   JSON) on a store of ``--decisions`` decision runs (``bench_decisions_query.py``'s store);
+10. ``decisive``: ``compare --until-decisive`` at the recommended configuration under the broadened
+   lab's neighbours (``lab_neighbours.py --sections decisive``, ``--decisive-kinds``): for a true
+   15% speedup and a true 15% slowdown, the rounds and the wall time to a decision against the
+   measured step time it needed.
+
+Every figure issue 26 sets a target for that the sections run measured is printed again at the
+end, in one table beside its target (``ok`` or ``MISS``): ``--only mainjob,answers,restated,decisive``
+is the whole of issue 26 in one run.
 
 The 1-minute load average is printed before and after: other work on the machine shows up in
 every figure.
@@ -64,10 +75,38 @@ from torch.utils.benchmark import Timer
 
 from mlflow_perfgate.rules import percentile
 from mlflow_perfgate.workloads import attempt_runner, interleave, make_workload, run_attempt
+from mlflow_perfgate.workloads._runner import runner_kind
 from mlflow_perfgate.workloads._timing import pinned_threads, time_steps
 from mlflow_perfgate.workloads.tinylm import TinyLMConfig, TinyLMWorkload
 
-SECTIONS = ("clock", "spread", "runners", "phases", "compare", "mainjob", "restated", "gap")
+SECTIONS = ("clock", "spread", "runners", "phases", "compare", "mainjob", "restated", "gap", "answers", "decisive")
+
+#: Issue 26's figures measured in this run, beside their targets: (figure, condition, value, bound, at most?).
+SCORECARD: list[tuple[str, str, float, float, bool]] = []
+
+
+def _verdict(value: float, bound: float, at_most: bool) -> str:
+    """``target <= 2: ok`` or ``target >= 0.6: MISS``."""
+    held = value <= bound if at_most else value >= bound
+    return f"target {'<=' if at_most else '>='} {bound:g}: {'ok' if held else 'MISS'}"
+
+
+def score(figure: str, condition: str, value: float, bound: float, at_most: bool) -> str:
+    """Keep a figure for the closing table; its verdict, to print beside it now."""
+    SCORECARD.append((figure, condition, value, bound, at_most))
+    return _verdict(value, bound, at_most)
+
+
+def print_scorecard() -> None:
+    """Every targeted figure of this run, beside its target."""
+    if not SCORECARD:
+        return
+    print("issue 26's targets, every figure of this run:")
+    print(f"{'figure':>36} {'condition':>12} {'value':>8}  target")
+    for figure, condition, value, bound, at_most in SCORECARD:
+        print(f"{figure:>36} {condition:>12} {value:>8.2f}  {_verdict(value, bound, at_most)}")
+    missed = sum(not (v <= b if m else v >= b) for _, _, v, b, m in SCORECARD)
+    print(f"{len(SCORECARD) - missed} of {len(SCORECARD)} met\n")
 
 
 def compare_clocks(conditions: dict, threads: int, steps: int, rounds: int, min_run_time: float) -> None:
@@ -423,9 +462,7 @@ def restated(repeats: int, loads: tuple = ("quiet", "steady")) -> None:
         for key in ("efficiency", "own warm-up s", "fixed beyond warm-up s", "round overhead", "child overhead"):
             value = statistics.median(r[key] for r in rows)
             target = RESTATED_TARGETS.get((name, load, key))
-            verdict = "" if target is None else (
-                f"  target {'<=' if target[1] else '>='} {target[0]:g}: "
-                f"{'ok' if (value <= target[0] if target[1] else value >= target[0]) else 'MISS'}")
+            verdict = "" if target is None else "  " + score(f"{name} {key}", load, value, *target)
             print(f"  {name:>12} {load:>7} {key:>24} {value:8.2f}{verdict}")
     print()
 
@@ -533,6 +570,73 @@ def main_job(kinds: list[str], repeats: int) -> None:
     if {"fork", "spawn"} <= set(rows):
         ratio = statistics.median(v[0] for v in rows["spawn"]) / statistics.median(v[0] for v in rows["fork"])
         print(f"spawn job / fork job: {ratio:.2f}")
+    default = runner_kind("auto")  # what the main job runs by default here
+    if rows.get(default):
+        job = statistics.median(v[0] for v in rows[default])
+        print(f"the main job by default ({default}): {job:.2f} s, "
+              f"{score(f'main job s ({default})', 'quiet', job, MAIN_JOB_TARGET_S, True)}")
+    print()
+
+
+#: Issue 26: the main job, quiet, under its default configuration.
+MAIN_JOB_TARGET_S = 10.0
+
+
+def answers(repeats: int, decisions: int) -> None:
+    """Issue 26's answers, each the median of ``repeats`` fresh processes of the real entry point:
+    ``compare --help`` and a usage error, as ``bench_refusals.py`` makes them, and ``decisions`` on a
+    store of ``decisions`` decision runs, as ``bench_decisions_query.py`` builds it."""
+    import bench_decisions_query
+    import bench_refusals
+
+    print(f"answers: a fresh process each, median of {repeats}")
+    for name in ("help", "usage"):
+        argv, uri = bench_refusals.MISTAKES[name]
+        runs = [bench_refusals.run_once(argv, uri) for _ in range(repeats)]
+        wall = statistics.median(r[0] for r in runs)
+        print(f"{' '.join(argv):>34} {wall:6.2f} s, exit {runs[-1][1]}  "
+              f"{score(f'{name} s', 'quiet', wall, bench_refusals.TARGETS_S[name], True)}")
+    saved = os.environ.get("MLFLOW_TRACKING_URI")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            uri = f"sqlite:///{tmp}/mlflow.db"
+            bench_decisions_query.build_store(uri, decisions)
+            for label, argv in bench_decisions_query.QUERIES.items():
+                wall, lines = bench_decisions_query.time_query(uri, argv, repeats)
+                print(f"{label:>34} {wall:6.2f} s, {lines} lines  "
+                      f"{score(f'{label} s ({decisions})', 'quiet', wall, bench_decisions_query.TARGET_S, True)}")
+    finally:
+        if saved is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
+    print()
+
+
+#: Issue 26: ``--until-decisive``'s wall time to a decision over the measured step time it needed.
+DECISIVE_TARGET = 2.0
+
+
+def decisive(kinds: str, repeats: int) -> None:
+    """``compare --until-decisive`` under each neighbour kind of ``kinds`` (the broadened lab's, each
+    started and ended there by PID): the lab's quiet calibration, then ``repeats`` comparisons per kind
+    and effect (a true 15% speedup judged in improvement mode, a true 15% slowdown in non_regression
+    mode), from the lab's 6 rounds up to its 20; per kind, the median of wall over measured."""
+    import lab_neighbours as lab
+
+    args = lab.build_parser().parse_args(["--kinds", kinds, "--sections", "decisive",
+                                          "--decisive-repeats", str(repeats)])
+    calibration = lab.calibrate(args)
+    rows = lab.collect_decisive(args, calibration)
+    print(lab.report_decisive(rows, args.kinds))
+    for kind in args.kinds:
+        cell = [r for r in rows if r["kind"] == kind and r["measured_s"] > 0]
+        if not cell:
+            continue
+        right = sum(r["decision"] == ("accept" if r["effect"] < 0 else "reject") for r in cell)
+        ratio = statistics.median(r["wall_s"] / r["measured_s"] for r in cell)
+        print(f"{kind:>7}: {right}/{len(cell)} right, median wall / measured {ratio:.2f}  "
+              f"{score('until-decisive wall / measured', kind, ratio, DECISIVE_TARGET, True)}")
     print()
 
 
@@ -572,6 +676,11 @@ def main() -> None:
     parser.add_argument("--gap-repeats", type=int, default=3, help="compares per mode (gap)")
     parser.add_argument("--restated-loads", default="quiet,steady",
                         help=f"loads of the restated section, of {','.join(RESTATED_LOADS)}")
+    parser.add_argument("--answer-repeats", type=int, default=5, help="fresh processes per answer (answers)")
+    parser.add_argument("--decisions", type=int, default=1000, help="decision runs in the store (answers)")
+    parser.add_argument("--decisive-kinds", default="quiet,membw,duty,storm,drift,mix",
+                        help="neighbour kinds of the decisive section (lab_neighbours.py's)")
+    parser.add_argument("--decisive-repeats", type=int, default=2, help="compares per kind and effect (decisive)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}")
     args = parser.parse_args()
     sections = args.only.split(",")
@@ -598,8 +707,13 @@ def main() -> None:
         main_job(args.compare_runners.split(","), args.main_job_runs)
     if "gap" in sections:
         gap(args.gap_repeats)
+    if "answers" in sections:
+        answers(args.answer_repeats, args.decisions)
     if "restated" in sections:
         restated(args.restated_repeats, tuple(args.restated_loads.split(",")))
+    if "decisive" in sections:  # last: the lab sets its own tracking URI in this process
+        decisive(args.decisive_kinds, args.decisive_repeats)
+    print_scorecard()
     print(f"\ntotal {time.perf_counter() - started:.1f} s, load average {_load()} ({_loadavg()})")
 
 

@@ -600,7 +600,8 @@ def report_decisive(rows: list[dict], kinds) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The lab's options (``bench_harness.py``'s ``decisive`` section reads its defaults here too)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", type=int, default=30)
@@ -625,7 +626,11 @@ def main(argv=None) -> int:
     parser.add_argument("--decisive-repeats", type=int, default=3)
     parser.add_argument("--out", default=None, help="write the collected rows and the calibration as JSON")
     parser.add_argument("--from-json", default=None, help="judge an earlier collection; measure nothing")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.from_json:
         opener = gzip.open if args.from_json.endswith(".gz") else open
         with opener(args.from_json, "rt") as handle:
