@@ -53,7 +53,10 @@ is the whole of issue 26 in one run.
 The 1-minute load average is printed before and after: other work on the machine shows up in
 every figure.
 
-Usage: ``python benchmarks/bench_harness.py [--threads 2] [--attempts 10] [--only runners,compare]``
+Usage: ``python benchmarks/bench_harness.py [--threads 2] [--attempts 10] [--only runners,compare]``;
+issue 26 whole, quiet and loaded (about 25 minutes on 2 cores): ``python benchmarks/bench_harness.py
+--only mainjob,answers,restated,decisive --main-job-runs 3 --restated-repeats 3 --restated-loads
+quiet,steady,membw,duty``
 """
 
 from __future__ import annotations
