@@ -18,7 +18,8 @@ The mistakes:
    consistently but never read by the factory (``--set chekpoint=false --change
    chekpoint=true``): refused after the first attempt of each arm, so its time includes the
    attempt runner's start and two attempts;
-5. ``help``, ``usage``: ``compare --help`` and a usage error (issue 26: 0.5 s each).
+5. ``help``, ``help-program``, ``usage``: ``compare --help``, ``mlflow-perfgate --help`` and a usage
+   error (issue 26: 0.5 s each).
 
 Usage: ``python benchmarks/bench_refusals.py [--repeats 3]``
 """
@@ -44,11 +45,12 @@ MISTAKES = {
     "uri-unreachable": (["evaluate", "--group", "g"], "http://127.0.0.1:9"),
     "unread": (["compare", "--workload", "tinylm", *TINY, "--set=chekpoint=false", "--change", "chekpoint=true",
                 "--attempts", "2", "--min-valid-runs", "2", "--allow-undecidable", "--no-progress"], None),
-    # issue 26's: --help and a usage error (target 0.5 s each)
+    # issue 26's: --help (the command's and the program's) and a usage error (target 0.5 s each)
     "help": (["compare", "--help"], None),
+    "help-program": (["--help"], None),
     "usage": (["compare", "--attempts", "x"], None),
 }
-TARGETS_S = {"help": 0.5, "usage": 0.5}
+TARGETS_S = {"help": 0.5, "help-program": 0.5, "usage": 0.5}
 
 
 def run_once(argv: list[str], uri: str | None) -> tuple[float, int, str, list[str]]:
