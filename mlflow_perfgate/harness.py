@@ -280,6 +280,26 @@ def require_fixed_conditions(base: dict) -> None:
             "so that both arms measure the same workload the same way")
 
 
+def _check_counts(base: dict, variable: str, value: Any) -> None:
+    """Each arm's ``steps`` and ``warmup`` conditions as an attempt reads them, before anything runs.
+
+    Raises:
+        InputError: one is not an integer (``steps`` >= 1, ``warmup`` >= 0), named with the arm and
+            how it was given, instead of every attempt failing on it.
+    """
+    from .workloads._conditions import parse_int
+
+    for arm, conditions in (("baseline", base), ("candidate", {**base, variable: value})):
+        for key, minimum in (("steps", 1), ("warmup", 0)):
+            if conditions.get(key) is None:
+                continue
+            try:
+                parse_int(key, conditions[key], minimum=minimum)
+            except ValueError as error:
+                how = "--change" if arm == "candidate" and key == variable else "--set"
+                raise InputError(f"the {arm}'s {error} ({how} {key}=...)") from None
+
+
 def check_change_reached_workload(variable: str, baseline: dict | None, candidate: dict | None) -> None:
     """The changed variable reached the workload: the arms' ``describe()`` differ where it reports the variable.
 
@@ -700,6 +720,7 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
         _check_interleave(interleave, str(next(iter(change))), base, objective, supervised, runner)
     require_fixed_conditions(base)
     variable, value = _validated_change(base, change, hypothesis)
+    _check_counts(base, variable, value)
     _check_interleave(interleave, variable, base, objective, supervised, runner)
     _check_measure(objective, supervised)
     calibration = None

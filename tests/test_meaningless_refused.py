@@ -82,6 +82,18 @@ def test_a_change_of_an_undeclared_key_says_which_was_meant(sqlite_uri):
     assert MlflowClient().search_runs(["0"]) == []  # before anything ran
 
 
+@pytest.mark.parametrize("conditions, change, said", [
+    ({"steps": "0"}, {"checkpoint": "true"}, r"the baseline's steps must be an integer >= 1, got '0' \(--set steps="),
+    ({"warmup": -1}, {"checkpoint": "true"}, r"the baseline's warmup must be an integer >= 0, got -1 \(--set warmup="),
+    ({"steps": "abc"}, {"checkpoint": "true"}, r"the baseline's steps must be an integer >= 1, got 'abc'"),
+    ({}, {"steps": "0"}, r"the candidate's steps must be an integer >= 1, got '0' \(--change steps="),
+])
+def test_a_count_no_attempt_can_read_is_refused_before_anything_runs(sqlite_uri, conditions, change, said):
+    with pytest.raises(InputError, match=said):
+        compare("tinylm", {**TINY, **conditions}, change, attempts=3, group="counts", **QUICK)
+    assert MlflowClient().search_runs(["0"]) == []  # no comparison run, no attempt: every attempt would fail on it
+
+
 def test_a_misspelt_change_stops_the_comparison_at_its_first_pair(sqlite_uri):
     with pytest.raises(SingleVariableError, match=r"never read the changed variable 'chekpoint' \(did you mean "
                                                   r"'checkpoint'\?\)"):
