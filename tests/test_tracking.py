@@ -177,6 +177,25 @@ def test_canonical_conditions_do_not_look_like_a_change(sqlite_uri):
     assert params["input_shape"] == "[4, 128]" and params["checkpoint"] == "false"
 
 
+def test_numpy_and_torch_values_are_read_as_the_numbers_they_hold(sqlite_uri):
+    import numpy as np
+    import torch
+
+    for pair, (shape, latency) in enumerate([(np.array([4, 128]), np.float32(100.0)), (torch.tensor([4, 128]), 101.0)]):
+        for arm, conditions in (("baseline", CONDITIONS), ("candidate", CANDIDATE)):
+            pg.log_attempt("g-np", arm, {**conditions, "input_shape": shape, "batch_size": np.int64(4)},
+                           latency_ms=latency, quality=0.9, pair=np.int64(pair) if pair else torch.tensor(pair))
+    runs = [r for r in all_runs() if r.data.tags.get(TAG.GROUP) == "g-np"]
+    assert len(runs) == 4 and {r.data.params["input_shape"] for r in runs} == {"[4, 128]"}
+    assert sorted(r.data.tags[TAG.PAIR] for r in runs) == ["0", "0", "1", "1"]
+    assert {r.data.params["batch_size"] for r in runs} == {"4"}
+    with pytest.raises(ValueError, match=r"pair must be an integer >= 0.*got True"):
+        pg.log_attempt("g-np", "baseline", CONDITIONS, latency_ms=100.0, quality=0.9, pair=np.bool_(True))
+    with pytest.raises(ValueError, match=r"condition 'input_shape' must hold only finite numbers"):
+        pg.log_attempt("g-np", "baseline", {**CONDITIONS, "input_shape": np.array([4.0, np.nan])},
+                       latency_ms=100.0, quality=0.9)
+
+
 def test_retried_write_is_counted_once(sqlite_uri):
     log_series("g-dup")
     pg.log_attempt("g-dup", "candidate", CANDIDATE, ok=False, failure="oom", attempt_id="a-1")

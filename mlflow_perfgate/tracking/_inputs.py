@@ -21,6 +21,7 @@ from typing import Any
 from .. import rules
 from ..rules._errors import InputError
 from ..rules._records import STEP_P10_FRACTION
+from ..rules._scalars import to_python
 from ..rules._stats import nearest_rank, step_quantile
 from ._environment import ENV_TAG_PREFIX, commit_time as git_commit_time, fingerprint
 from ._schema import (
@@ -334,6 +335,7 @@ def _creation_tags(group: str, arm: str, attempt_id: str | None, parent_run_id: 
             raise InputError(f"parent_run_id must be a run id string, got {parent_run_id!r}")
         tags[TAG.PARENT] = parent_run_id
     if pair is not None:
+        pair = to_python(pair)  # a numpy or torch integer is the round it holds
         if type(pair) is not int or pair < 0:
             raise InputError(f"pair must be an integer >= 0 (the attempt's ABBA round), got {pair!r}")
         tags[TAG.PAIR] = str(pair)

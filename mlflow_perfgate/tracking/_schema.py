@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from ..rules._errors import InputError
+from ..rules._scalars import to_python
 
 __all__ = [
     "ARMS",
@@ -404,9 +405,22 @@ def canonical_value(value: Any, *, key: str = "value") -> str:
         return json.dumps([_json_ready(item, key) for item in value])
     if isinstance(value, dict):
         return json.dumps({str(k): _json_ready(v, key) for k, v in value.items()}, sort_keys=True)
-    # numpy scalars and other numbers
-    if hasattr(value, "item"):
-        return canonical_value(value.item(), key=key)
+    return _numbers_of(value, key, canonical_value)
+
+
+def _numbers_of(value: Any, key: str, again: Any) -> Any:
+    """A numpy, pandas or torch value read as plain Python (``again`` of it): a scalar as the number it
+    holds, an array or tensor of any size as its nested list; anything else as its ``str``."""
+    plain = to_python(value)
+    if plain is not value:
+        return again(plain, key=key)
+    if callable(getattr(value, "tolist", None)):
+        try:
+            listed = value.tolist()
+        except Exception as error:  # noqa: BLE001 - an object's own tolist() failed: said with the key
+            raise InputError(f"condition {key!r} could not be read as a list ({error})") from None
+        if listed is not value:
+            return again(listed, key=key)
     return str(value)
 
 
@@ -419,9 +433,7 @@ def _json_ready(value: Any, key: str) -> Any:
         return {str(k): _json_ready(v, key) for k, v in value.items()}
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    if hasattr(value, "item"):
-        return _json_ready(value.item(), key)
-    return str(value)
+    return _numbers_of(value, key, lambda plain, key: _json_ready(plain, key))
 
 
 def canonical_conditions(conditions: dict) -> dict[str, str]:
