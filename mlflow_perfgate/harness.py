@@ -541,13 +541,37 @@ def _terminate_as_exception():
         return
 
     def handler(signum, frame):
-        raise Terminated(f"terminated by {signal.Signals(signum).name}")
+        reason = f"terminated by {signal.Signals(signum).name}"
+        if _HELD["depth"]:  # a run is being created: raised once it is, and its id kept
+            _HELD["pending"] = reason
+            return
+        raise Terminated(reason)
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        _HELD["pending"] = None
+
+
+#: :func:`_terminate_as_exception`'s handler holds SIGTERM while ``depth`` > 0 (see :func:`_signal_held`).
+_HELD: dict[str, Any] = {"depth": 0, "pending": None}
+
+
+@contextlib.contextmanager
+def _signal_held():
+    """SIGTERM that reaches the block is raised as :class:`Terminated` when the block ends, not inside it:
+    a run created in it is created whole and its id kept, so the stop that follows can end it (a
+    SIGTERM inside MLflow's create_run would leave a RUNNING run whose id nobody holds)."""
+    _HELD["depth"] += 1
+    try:
+        yield
+    finally:
+        _HELD["depth"] -= 1
+    if not _HELD["depth"] and _HELD["pending"]:
+        reason, _HELD["pending"] = _HELD["pending"], None
+        raise Terminated(reason)
 
 
 def compare(
@@ -772,6 +796,7 @@ class _Comparison:
         self.active = None
         self.owned = False
         self.on_attempt = plan.on_attempt
+        self.comparison_id: str | None = None
 
     def attach(self, *, group: str, held: dict, runner: Any, who: str) -> None:
         """Open a comparison whose refusals were made elsewhere (a suite's entry: its comparison run
@@ -799,8 +824,11 @@ class _Comparison:
             self._refuse_or_warn()
             self.spent = _spent_before(self.held, plan.resume, plan.until_decisive, plan.attempts, plan.max_attempts,
                                        self.group) if plan.resume else 0.0
-            self.comparison_id = self._comparison_run(f"resuming group {self.group!r}")
-        except BaseException:
+            with _signal_held():
+                self.comparison_id = self._comparison_run(f"resuming group {self.group!r}")
+        except BaseException as exc:
+            if self.comparison_id is not None:  # a SIGTERM held while it was created
+                self.stop(exc)
             self.close()
             raise
         self.next_pair = self.held["next_pair"]
@@ -1064,17 +1092,17 @@ class _Comparison:
         """Open, collect, decide; ``evaluate_group``'s result with ``comparison_run_id``."""
         from tqdm import tqdm
 
-        self.open()
-        try:
-            with _terminate_as_exception(), tqdm(total=2 * self.plan.attempts, desc=f"compare {self.plan.variable}",
-                                                 unit="attempt", disable=not self.plan.progress,
-                                                 file=sys.stderr) as bar:
-                result = self.decide(self.collect(bar))
-        except BaseException as exc:
-            self.stop(exc)
-            raise
-        finally:
-            self.close()
+        with _terminate_as_exception():  # from before the comparison run exists: no window where SIGTERM kills
+            self.open()
+            try:
+                with tqdm(total=2 * self.plan.attempts, desc=f"compare {self.plan.variable}", unit="attempt",
+                          disable=not self.plan.progress, file=sys.stderr) as bar:
+                    result = self.decide(self.collect(bar))
+            except BaseException as exc:
+                self.stop(exc)
+                raise
+            finally:
+                self.close()
         result["comparison_run_id"] = self.comparison_id
         if self.plan.calibration is not None:
             result["rounds_auto"] = dict(self.plan.calibration)

@@ -497,6 +497,55 @@ def test_sigterm_of_compare_ends_everything_with_the_reason(sqlite_uri, tmp_path
     assert "SIGTERM" in attempt.data.tags[TAG.FAILURE]
 
 
+_TERM_AT_CREATION = """
+import os, signal
+from mlflow_perfgate import tracking
+from mlflow_perfgate.cli import main
+
+created = tracking.start_comparison
+
+
+def created_then_terminated(*args, **kwargs):  # SIGTERM the moment the run exists, before compare holds its id
+    run_id = created(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return run_id
+
+
+tracking.start_comparison = created_then_terminated
+main(["compare", "--workload", "tinylm", "--set", "input_shape=2,16", "--set", "steps=2", "--set", "warmup=1",
+      "--change", "checkpoint=true", "--attempts", "2", "--min-valid-runs", "2", "--allow-undecidable",
+      "--in-process", "--no-progress", "--group", "window"])
+"""
+
+
+def test_sigterm_while_the_comparison_run_is_created_ends_it_killed(sqlite_uri, tmp_path):
+    # The comparison run is made whole, then the held SIGTERM stops the comparison: no RUNNING run left for reap.
+    done = subprocess.run([sys.executable, "-c", _TERM_AT_CREATION], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 143 and "terminated by SIGTERM" in done.stderr and "Traceback" not in done.stderr, \
+        (done.returncode, done.stderr[-2000:])
+    runs = MlflowClient().search_runs(["0"])
+    [comparison] = [r for r in runs if r.data.tags.get(TAG.KIND) == "comparison"]
+    assert comparison.info.status == "KILLED" and "terminated by SIGTERM" in comparison.data.tags[TAG.END_REASON]
+    assert [r for r in runs if r.data.tags.get(TAG.KIND) == "attempt"] == []  # it stopped before any attempt
+
+
+def test_a_sigterm_held_while_a_run_is_created_is_raised_when_it_is(sqlite_uri):
+    from mlflow_perfgate.harness import Terminated, _signal_held, _terminate_as_exception
+
+    reached = []
+    with _terminate_as_exception():
+        with pytest.raises(Terminated, match="terminated by SIGTERM"):
+            with _signal_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)  # the handler has run by now: held, not raised
+                reached.append("after the signal")
+        with pytest.raises(Terminated):  # outside a hold it is raised at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    assert reached == ["after the signal"]
+
+
 def _descendants(pid: int) -> list[int]:
     found, frontier = [], [pid]
     while frontier:
