@@ -910,6 +910,7 @@ def compare(workload, sets, change, allow_empty, attempts, steps, rounds, group,
             **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     conditions = _with_steps(_conditions(sets, allow_empty), steps, "--steps")
+    attempts = _attempts_of(conditions, attempts, rounds)
     change = parse_assignments((change,), "--change", allow_empty=allow_empty)
     options = collect_policy(kwargs)
     if rounds is not None:
@@ -935,6 +936,24 @@ def _with_steps(conditions: dict, steps: int | None, flag: str) -> dict:
                                      param_hint=flag)
         conditions["steps"] = str(steps)
     return conditions
+
+
+def _attempts_of(conditions: dict, attempts: int | None, rounds: str | None = None) -> int | None:
+    """The attempts per arm, with a ``--set repeats=N`` read as ``--attempts N`` (the condition is the rounds
+    the comparison runs, and always logged as them); refused beside an --attempts or --rounds that disagrees."""
+    if "repeats" not in conditions:
+        return attempts
+    from mlflow_perfgate.workloads._conditions import parse_int
+
+    try:
+        repeats = parse_int("repeats", conditions["repeats"], minimum=1)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc} (the rounds per arm, as --attempts gives them)", param_hint="--set") from None
+    flag, given = ("--rounds", rounds) if rounds is not None else ("--attempts", attempts)
+    if given is not None and str(given) != str(repeats):
+        raise click.BadParameter(f"--set repeats={conditions['repeats']} and {flag} {given} disagree: give one "
+                                 "(a round is one attempt per arm)", param_hint="--set")
+    return repeats if given is None else attempts
 
 
 def _rounds_option(text: str) -> int | str:
@@ -1114,6 +1133,7 @@ def pipeline(workload, sets, allow_empty, attempts, comparison_steps, capacity_m
     proposes no comparison, unless --gate.
     """
     conditions = _with_steps(_conditions(sets, allow_empty), comparison_steps, "--comparison-steps")
+    attempts = _attempts_of(conditions, attempts)
     options = collect_policy(kwargs)
     fallback = parse_assignments((fallback_change,), "--fallback-change") if fallback_change else None
     from mlflow_perfgate.harness import pipeline as run_pipeline

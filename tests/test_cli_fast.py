@@ -57,6 +57,12 @@ RECORD = ["record", "--group", "g", "--arm", "baseline"]
     (["diagnose", "--set", "dtype"], 2, "expected KEY=VALUE"),
     (["pipeline", "--set", "x=", "--margin", "-1"], 2, "'x' has an empty value"),
     (["compare", "--change", "checkpoint=true", "--steps", "3", "--set", "steps=4"], 2, "--steps 3 and --set steps=4"),
+    (["compare", "--change", "checkpoint=true", "--attempts", "6", "--set", "repeats=7"], 2,
+     "--set repeats=7 and --attempts 6 disagree"),
+    (["compare", "--change", "checkpoint=true", "--rounds", "8", "--set", "repeats=6"], 2,
+     "--set repeats=6 and --rounds 8 disagree"),
+    (["compare", "--change", "checkpoint=true", "--set", "repeats=x"], 2, "repeats must be an integer >= 1"),
+    (["pipeline", "--attempts", "6", "--set", "repeats=5"], 2, "--set repeats=5 and --attempts 6 disagree"),
 ])
 def test_help_and_bad_input_answer_before_mlflow_or_torch_is_imported(tmp_path, argv, code, needle):
     outcome, err = _probe(argv, tmp_path)
@@ -64,6 +70,18 @@ def test_help_and_bad_input_answer_before_mlflow_or_torch_is_imported(tmp_path, 
     if needle:
         assert needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "never.db").exists()
+
+
+def test_set_repeats_is_the_rounds_a_compare_runs(tmp_path):
+    # a factory of one's own is given its fixed conditions with --set, repeats among them: it is --attempts
+    sets = ["--set", "input_shape=2,16", "--set", "dtype=fp32", "--set", "steps=2", "--set", "warmup=0",
+            "--set", "repeats=2"]
+    outcome, err = _probe(["compare", "--workload", "tinylm", *sets, "--change", "checkpoint=true", "--in-process",
+                           "--method", "seed", "--min-valid-runs", "2", "--no-progress", "--group", "repeats"], tmp_path)
+    assert outcome["code"] in (0, 1, 3), err
+    runs = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/never.db").search_runs(["0"])
+    attempts = [r for r in runs if r.data.tags.get("perfgate.kind") == "attempt"]
+    assert len(attempts) == 4 and {r.data.params["repeats"] for r in attempts} == {"2"}, err
 
 
 def test_a_supervised_compare_imports_no_torch_in_the_process_that_runs_it(tmp_path):
