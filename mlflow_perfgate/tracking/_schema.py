@@ -433,7 +433,7 @@ def _json_ready(value: Any, key: str) -> Any:
         return {str(k): _json_ready(v, key) for k, v in value.items()}
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    return _numbers_of(value, key, lambda plain, key: _json_ready(plain, key))
+    return _numbers_of(value, key, _json_ready)
 
 
 def canonical_conditions(conditions: dict) -> dict[str, str]:
