@@ -804,7 +804,13 @@ class _Comparison:
         killed run left RUNNING are ended."""
         self.group, self.held = group, held
         self.active, self.owned = runner, False
-        self.comparison_id = self._comparison_run(who)
+        try:
+            with _signal_held():  # a SIGTERM while it is created: raised once it is, and ended KILLED here
+                self.comparison_id = self._comparison_run(who)
+        except BaseException as exc:
+            if self.comparison_id is not None:
+                self.stop(exc)
+            raise
         self.next_pair = held["next_pair"]
 
     # -- open ---------------------------------------------------------------------------------

@@ -554,60 +554,74 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     Returns:
         ``evaluate_suite``'s result.
     """
-    from tqdm import tqdm
-
-    from .harness import Terminated, _terminate_as_exception
+    from .harness import Terminated, _signal_held, _terminate_as_exception
     from .rules._stats import preload_step_quantile
-    from .tracking import end_run, sync
+    from .tracking import end_run
     from .tracking._evaluate import DEFAULT_STALE_AFTER_S
-    from .tracking._suite import evaluate_suite
     _require_importable(suite)
     stale_after_s = DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s
-    suite_run_id = start(suite, parent_run_id=parent_run_id)
-    _warn_below_floors(suite, resume)
-    preload_step_quantile()  # each attempt's p10 is computed as it is written, between attempts
     runners = _Runners()
     running: list[_Entry] = []
     outcomes: dict[str, dict] = {}
     total = sum(2 * entry.attempts for entry in suite.entries if entry.runs)
+    suite_run_id = None
     try:
-        with _terminate_as_exception(), tqdm(total=total, desc=f"suite {suite.name[:30]}", unit="attempt",
-                                             disable=not progress or not total, file=sys.stderr) as bar:
-            def counted(label: str, result) -> None:
-                bar.set_postfix_str(f"{label} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:30]}")
-                bar.update(1)
-                if on_attempt is not None:
-                    on_attempt(label, result)
-
-            if suite.interleave == "entries":
-                for entry in suite.entries:
-                    outcomes[entry.name] = run_entry(entry, suite, suite_run_id=suite_run_id, resume=resume,
-                                                     on_attempt=counted)
-            else:
-                for entry in suite.entries:  # one by one: a refused group leaves the others' runs to end KILLED
-                    if entry.runs:
-                        running.append(_Entry(entry, suite, suite_run_id=suite_run_id, resume=resume,
-                                              runners=runners))
-                _round_robin(suite, running, counted, bar, stale_after_s)
-                for item in running:
-                    outcomes[item.spec.name] = {"look": item.look(), "deferred": item.deferred}
-            if any(outcome.get("deferred") for outcome in outcomes.values()):
-                with contextlib.suppress(StoreUnavailable):  # the server may be back: send what waits
-                    sync()
-            looks = {name: outcome.get("look") for name, outcome in outcomes.items()}
-            summary = evaluate_suite(suite.name, _items(suite, looks), experiment_name=suite.experiment,
-                                     alpha=suite.alpha, control=suite.control, tail_share=suite.tail_share,
-                                     stale_after_s=stale_after_s,
-                                     suite_run_id=suite_run_id)
+        # SIGTERM is Terminated from before the suite run exists, and held while it is created (see compare's)
+        with _terminate_as_exception():
+            with _signal_held():
+                suite_run_id = start(suite, parent_run_id=parent_run_id)
+            _warn_below_floors(suite, resume)
+            preload_step_quantile()  # each attempt's p10 is computed as it is written, between attempts
+            summary = _run_entries(suite, suite_run_id, resume, on_attempt, progress, stale_after_s, total, runners,
+                                   running, outcomes)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
         for run_id in [item.comparison_id for item in running] + [suite_run_id]:
+            if run_id is None:  # stopped before the suite run was created: nothing to end
+                continue
             with contextlib.suppress(Exception):  # the server may be what failed; the original error matters
                 end_run(run_id, "KILLED", reason=f"suite stopped before its decision: {reason}")  # end_run fits it
         raise
     finally:
         runners.close()
     return summary
+
+
+def _run_entries(suite: SuiteSpec, suite_run_id: str, resume: bool, on_attempt, progress: bool, stale_after_s: float,
+                 total: int, runners, running: list, outcomes: dict) -> dict:
+    """:func:`run_suite`'s entries under its suite run, then judged together: ``evaluate_suite``'s result.
+    ``running`` and ``outcomes`` are the caller's, filled here (the comparison runs a stop must end)."""
+    from tqdm import tqdm
+
+    from .tracking import sync
+    from .tracking._suite import evaluate_suite
+
+    with tqdm(total=total, desc=f"suite {suite.name[:30]}", unit="attempt", disable=not progress or not total,
+              file=sys.stderr) as bar:
+        def counted(label: str, result) -> None:
+            bar.set_postfix_str(f"{label} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:30]}")
+            bar.update(1)
+            if on_attempt is not None:
+                on_attempt(label, result)
+
+        if suite.interleave == "entries":
+            for entry in suite.entries:
+                outcomes[entry.name] = run_entry(entry, suite, suite_run_id=suite_run_id, resume=resume,
+                                                 on_attempt=counted)
+        else:
+            for entry in suite.entries:  # one by one: a refused group leaves the others' runs to end KILLED
+                if entry.runs:
+                    running.append(_Entry(entry, suite, suite_run_id=suite_run_id, resume=resume, runners=runners))
+            _round_robin(suite, running, counted, bar, stale_after_s)
+            for item in running:
+                outcomes[item.spec.name] = {"look": item.look(), "deferred": item.deferred}
+        if any(outcome.get("deferred") for outcome in outcomes.values()):
+            with contextlib.suppress(StoreUnavailable):  # the server may be back: send what waits
+                sync()
+        looks = {name: outcome.get("look") for name, outcome in outcomes.items()}
+        return evaluate_suite(suite.name, _items(suite, looks), experiment_name=suite.experiment, alpha=suite.alpha,
+                              control=suite.control, tail_share=suite.tail_share, stale_after_s=stale_after_s,
+                              suite_run_id=suite_run_id)
 
 
 def _require_importable(suite: SuiteSpec) -> None:

@@ -530,6 +530,56 @@ def test_sigterm_while_the_comparison_run_is_created_ends_it_killed(sqlite_uri, 
     assert [r for r in runs if r.data.tags.get(TAG.KIND) == "attempt"] == []  # it stopped before any attempt
 
 
+_SUITE = """
+[suite]
+name = "window"
+
+[defaults]
+attempts = 2
+supervised = false
+set = {input_shape = "2,16", steps = 2, warmup = 1}
+thresholds = {min_valid_runs = 2}
+
+[[entry]]
+name = "checkpoint"
+change = {checkpoint = true}
+"""
+
+_TERM_AT_SUITE_CREATION = """
+import os, signal, sys
+from mlflow_perfgate import suite, tracking
+from mlflow_perfgate.cli import main
+
+where = sys.argv[1]
+module, name = (suite, "start") if where == "suite" else (tracking, "start_comparison")
+created = getattr(module, name)
+
+
+def created_then_terminated(*args, **kwargs):
+    run_id = created(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return run_id
+
+
+setattr(module, name, created_then_terminated)
+main(["suite", "run", sys.argv[2], "--no-progress"])
+"""
+
+
+@pytest.mark.parametrize("where", ["suite", "entry"])
+def test_sigterm_while_a_suite_s_runs_are_created_ends_them_killed(sqlite_uri, tmp_path, where):
+    (tmp_path / "suite.toml").write_text(_SUITE, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-c", _TERM_AT_SUITE_CREATION, where, str(tmp_path / "suite.toml")],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 143 and "terminated by SIGTERM" in done.stderr and "Traceback" not in done.stderr, \
+        (done.returncode, done.stderr[-2000:])
+    runs = MlflowClient().search_runs(["0"])
+    assert runs and all(r.info.status == "KILLED" for r in runs), [(r.data.tags.get(TAG.KIND), r.info.status)
+                                                                   for r in runs]
+    assert {r.data.tags.get(TAG.KIND) for r in runs} == ({"suite"} if where == "suite" else {"suite", "comparison"})
+
+
 def test_a_sigterm_held_while_a_run_is_created_is_raised_when_it_is(sqlite_uri):
     from mlflow_perfgate.harness import Terminated, _signal_held, _terminate_as_exception
 
