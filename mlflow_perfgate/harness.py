@@ -804,13 +804,7 @@ class _Comparison:
         killed run left RUNNING are ended."""
         self.group, self.held = group, held
         self.active, self.owned = runner, False
-        try:
-            with _signal_held():  # a SIGTERM while it is created: raised once it is, and ended KILLED here
-                self.comparison_id = self._comparison_run(who)
-        except BaseException as exc:
-            if self.comparison_id is not None:
-                self.stop(exc)
-            raise
+        self._held_comparison_run(who)
         self.next_pair = held["next_pair"]
 
     # -- open ---------------------------------------------------------------------------------
@@ -830,11 +824,8 @@ class _Comparison:
             self._refuse_or_warn()
             self.spent = _spent_before(self.held, plan.resume, plan.until_decisive, plan.attempts, plan.max_attempts,
                                        self.group) if plan.resume else 0.0
-            with _signal_held():
-                self.comparison_id = self._comparison_run(f"resuming group {self.group!r}")
-        except BaseException as exc:
-            if self.comparison_id is not None:  # a SIGTERM held while it was created
-                self.stop(exc)
+            self._held_comparison_run(f"resuming group {self.group!r}")
+        except BaseException:
             self.close()
             raise
         self.next_pair = self.held["next_pair"]
@@ -863,6 +854,17 @@ class _Comparison:
                 raise InputError(f"{too_few}; or pass --allow-undecidable to run it anyway; nothing was run or logged")
         if too_few:  # allowed: a warning, not progress: said with --no-progress too
             print(f"warning: {too_few}", file=sys.stderr)
+
+    def _held_comparison_run(self, who: str) -> None:
+        """``comparison_id``: the comparison run, created with SIGTERM held (:func:`_signal_held`); a SIGTERM
+        that came meanwhile is raised once the run exists, and the run is ended KILLED saying so."""
+        try:
+            with _signal_held():
+                self.comparison_id = self._comparison_run(who)
+        except BaseException as exc:
+            if self.comparison_id is not None:
+                self.stop(exc)
+            raise
 
     def _comparison_run(self, who: str) -> str:
         """The comparison run: the group's own when resumed, else a new one."""
