@@ -498,32 +498,41 @@ def test_sigterm_of_compare_ends_everything_with_the_reason(sqlite_uri, tmp_path
 
 
 _TERM_AT_CREATION = """
-import os, signal
-from mlflow_perfgate import tracking
+import json, os, signal, sys
+from mlflow_perfgate import suite, tracking
 from mlflow_perfgate.cli import main
 
-created = tracking.start_comparison
+module, name = (suite, "start") if sys.argv[1] == "suite" else (tracking, "start_comparison")
+created = getattr(module, name)
 
 
-def created_then_terminated(*args, **kwargs):  # SIGTERM the moment the run exists, before compare holds its id
+def created_then_terminated(*args, **kwargs):  # SIGTERM the moment the run exists, before its caller holds its id
     run_id = created(*args, **kwargs)
     os.kill(os.getpid(), signal.SIGTERM)
     return run_id
 
 
-tracking.start_comparison = created_then_terminated
-main(["compare", "--workload", "tinylm", "--set", "input_shape=2,16", "--set", "steps=2", "--set", "warmup=1",
-      "--change", "checkpoint=true", "--attempts", "2", "--min-valid-runs", "2", "--allow-undecidable",
-      "--in-process", "--no-progress", "--group", "window"])
+setattr(module, name, created_then_terminated)
+main(json.loads(sys.argv[2]))
 """
+
+
+def _terminated_at_creation(where: str, argv: list[str], cwd) -> None:
+    """``argv`` run in a fresh process that SIGTERMs itself as ``where``'s run is created (``suite``: the suite
+    run, else a comparison run); it must end as a SIGTERM'd comparison does: 143, said, no traceback."""
+    done = subprocess.run([sys.executable, "-c", _TERM_AT_CREATION, where, json.dumps(argv)],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=cwd, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 143 and "terminated by SIGTERM" in done.stderr and "Traceback" not in done.stderr, \
+        (done.returncode, done.stderr[-2000:])
 
 
 def test_sigterm_while_the_comparison_run_is_created_ends_it_killed(sqlite_uri, tmp_path):
     # The comparison run is made whole, then the held SIGTERM stops the comparison: no RUNNING run left for reap.
-    done = subprocess.run([sys.executable, "-c", _TERM_AT_CREATION], env={**os.environ, "PYTHONPATH": str(REPO)},
-                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 143 and "terminated by SIGTERM" in done.stderr and "Traceback" not in done.stderr, \
-        (done.returncode, done.stderr[-2000:])
+    _terminated_at_creation("comparison", [
+        "compare", "--workload", "tinylm", "--set", "input_shape=2,16", "--set", "steps=2", "--set", "warmup=1",
+        "--change", "checkpoint=true", "--attempts", "2", "--min-valid-runs", "2", "--allow-undecidable",
+        "--in-process", "--no-progress", "--group", "window"], tmp_path)
     runs = MlflowClient().search_runs(["0"])
     [comparison] = [r for r in runs if r.data.tags.get(TAG.KIND) == "comparison"]
     assert comparison.info.status == "KILLED" and "terminated by SIGTERM" in comparison.data.tags[TAG.END_REASON]
@@ -545,35 +554,11 @@ name = "checkpoint"
 change = {checkpoint = true}
 """
 
-_TERM_AT_SUITE_CREATION = """
-import os, signal, sys
-from mlflow_perfgate import suite, tracking
-from mlflow_perfgate.cli import main
-
-where = sys.argv[1]
-module, name = (suite, "start") if where == "suite" else (tracking, "start_comparison")
-created = getattr(module, name)
-
-
-def created_then_terminated(*args, **kwargs):
-    run_id = created(*args, **kwargs)
-    os.kill(os.getpid(), signal.SIGTERM)
-    return run_id
-
-
-setattr(module, name, created_then_terminated)
-main(["suite", "run", sys.argv[2], "--no-progress"])
-"""
-
 
 @pytest.mark.parametrize("where", ["suite", "entry"])
 def test_sigterm_while_a_suite_s_runs_are_created_ends_them_killed(sqlite_uri, tmp_path, where):
     (tmp_path / "suite.toml").write_text(_SUITE, encoding="utf-8")
-    done = subprocess.run([sys.executable, "-c", _TERM_AT_SUITE_CREATION, where, str(tmp_path / "suite.toml")],
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=240)
-    assert done.returncode == 143 and "terminated by SIGTERM" in done.stderr and "Traceback" not in done.stderr, \
-        (done.returncode, done.stderr[-2000:])
+    _terminated_at_creation(where, ["suite", "run", str(tmp_path / "suite.toml"), "--no-progress"], tmp_path)
     runs = MlflowClient().search_runs(["0"])
     assert runs and all(r.info.status == "KILLED" for r in runs), [(r.data.tags.get(TAG.KIND), r.info.status)
                                                                    for r in runs]
