@@ -191,7 +191,7 @@ _SECTIONS = (
     ("What to run", ("workload", "sets", "change", "allow_empty", "attempts", "rounds", "interleave", "steps",
                      "comparison_steps",
                      "warmup", "capacity_mib",
-                     "fallback_change", "until_decisive", "max_attempts", "resume", "allow_undecidable", "threads",
+                     "fallback_change", "until_decisive", "max_attempts", "resume", "allow_undecidable", "keep_worktrees", "threads",
                      "timeout_s", "in_process", "runner", "group", "stale_after")),
     ("How to decide", ("method", "mode", "objective", "latency", "alpha", "confidence", "margin", "env_mismatch",
                        "power", "effects")),
@@ -842,11 +842,13 @@ def _conditions(sets: tuple[str, ...], allow_empty: bool = False) -> dict:
 
 _ALLOW_EMPTY = click.option("--allow-empty", is_flag=True, help="Accept a condition with an empty value (KEY=).")
 _INTERLEAVE = click.option(
-    "--interleave", type=OrDefault(click.Choice(["attempts", "steps"])), default=None,
-    help="attempts: baseline and candidate attempts in ABBA order, each in its own child; steps: one child per "
-         "ABBA round runs both arms (same workload and device), their measured steps alternating A B B A, so both "
-         "see the same contention (one attempt per arm per child; its limit is twice --timeout). [default: steps "
-         "where both arms can share a process; attempts for a change of device, warmup or steps]")
+    "--interleave", type=OrDefault(click.Choice(["attempts", "steps", "lockstep", "duet"])), default=None,
+    help="steps: one child per ABBA round runs both arms (same workload, device, revision and python), their "
+         "measured steps alternating A B B A, so both see the same contention (its limit is twice --timeout); "
+         "lockstep: one child per arm and round (each at its revision's worktree or its python), their measured "
+         "steps alternated A B B A by compare, each child timing its own; duet: the same children stepping at once; "
+         "attempts: whole attempts in ABBA order, each in its own child. [default: steps where both arms can share "
+         "a process; lockstep for a change of revision, python, device, warmup or steps]")
 
 
 def run_options(*, timeout: str, threads: str, in_process: str, runner: str | None = None):
@@ -901,13 +903,16 @@ def run_options(*, timeout: str, threads: str, in_process: str, runner: str | No
 @click.option("--allow-undecidable", is_flag=True,
               help="Run even when the attempts planned are below --min-valid-runs or below the fewest with which the "
                    "method can accept (refused by default: such a comparison cannot mean anything).")
+@click.option("--keep-worktrees", is_flag=True,
+              help="With a revision condition: leave the revisions' git worktrees (under .git/perfgate-worktrees) in "
+                   "place afterwards.")
 @decision_options(configured=True)
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
 def compare(workload, sets, change, allow_empty, attempts, steps, rounds, group, experiment, timeout_s, threads,
-            in_process, runner, interleave, until_decisive, max_attempts, resume, allow_undecidable, output_format, no_progress,
-            **kwargs):
+            in_process, runner, interleave, until_decisive, max_attempts, resume, allow_undecidable, keep_worktrees,
+            output_format, no_progress, **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     conditions = _with_steps(_conditions(sets, allow_empty), steps, "--steps")
     attempts = _attempts_of(conditions, attempts, rounds)
@@ -922,7 +927,7 @@ def compare(workload, sets, change, allow_empty, attempts, steps, rounds, group,
         experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s, runner=runner,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
         resume=resume, interleave=interleave, parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None,
-        allow_undecidable=allow_undecidable, **options,  # nested under `mlflow run`
+        allow_undecidable=allow_undecidable, keep_worktrees=keep_worktrees, **options,  # nested under `mlflow run`
     )
     print_decision(result, output_format)
     exit_for(result)
@@ -1194,27 +1199,28 @@ def history_options(func):
 @click.option("--bisect", "bisect_range", nargs=2, default=None, metavar="GOOD BAD",
               help="Narrow a regression between two revisions of the git repository here to one commit, comparing "
                    "revisions (git worktrees) against GOOD; every decision already recorded is reused.")
-@click.option("--workload", default=None, help="With --bisect: the workload factory module:function (it finds each "
-              "revision's checkout with mlflow_perfgate.history.revision_worktree).")
-@click.option("--attempts", type=click.IntRange(min=1), default=5, show_default=True,
-              help="With --bisect: attempts per arm of each comparison.")
+@click.option("--workload", default=None, help="With --bisect: the workload factory module:function (each revision's "
+              "children import it from that revision's worktree; a factory outside the repository finds the "
+              "revision's code with mlflow_perfgate.history.revision_worktree).")
+@click.option("--attempts", type=click.IntRange(min=1), default=None,
+              help="With --bisect: lockstep rounds (attempts per arm) of each comparison. [default: compare's, 10]")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None,
               help="With --bisect: add attempt pairs while a comparison is undecided, up to this many per arm.")
 @click.option("--margin", type=click.FloatRange(min=0), default=0.05, show_default=True,
-              help="With --bisect: the slowdown against GOOD tolerated before a revision is bad.")
+              help="With --bisect: the slowdown against GOOD tolerated before a revision is bad (the step tail's "
+                   "bound too, maximum_p95_ratio = 1 + margin, unless --threshold gives it).")
 @click.option("--method", type=RegistryChoice(_METHODS, lambda entry: entry.boundary_p_value is not None),
               default="paired", show_default=True,
               help="With --bisect: how each comparison decides (a method with a test: paired, robust, a plugin's).")
 @click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",
               help="With --bisect: any threshold of the comparisons (min_valid_runs=3).")
-@click.option("--in-process", is_flag=True, help="With --bisect: run attempts in this process.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=300.0,
               show_default=True, help="With --bisect: per-attempt wall-clock limit, seconds.")
 @click.option("--keep-worktrees", is_flag=True, help="With --bisect: leave the revisions' checkouts in place.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @guarded
 def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, no_log, bisect_range, workload,
-            attempts, max_attempts, margin, method, extra_thresholds, in_process, timeout_s, keep_worktrees,
+            attempts, max_attempts, margin, method, extra_thresholds, timeout_s, keep_worktrees,
             output_format, test, **settings):
     """A benchmark's series over revisions: change points, labelled, logged as a history run; or --bisect.
 
@@ -1231,7 +1237,7 @@ def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, n
 
         good, bad = bisect_range
         outcome = bisect(good, bad, workload=workload, conditions=conditions, attempts=attempts,
-                         max_attempts=max_attempts, margin=margin, method=method, supervised=not in_process,
+                         max_attempts=max_attempts, margin=margin, method=method,
                          timeout_s=timeout_s, experiment_name=experiment, keep_worktrees=keep_worktrees,
                          on_step=None if output_format == "json" else click.echo, **thresholds)
         if output_format == "json":

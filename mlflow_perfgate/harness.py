@@ -32,6 +32,7 @@ __all__ = [
     "configure",
     "DEFAULT_CONDITIONS",
     "INTERLEAVE_MODES",
+    "LOCKSTEP_MODES",
     "pipeline",
     "auto_rounds",
     "calibrate_command",
@@ -61,13 +62,19 @@ DEFAULT_CONDITIONS = {
 
 
 #: How a comparison's attempts share the machine: ``attempts``, ABBA attempts each in a child of
-#: its own; ``steps``, one child per ABBA round holding both arms, their measured steps interleaved.
-INTERLEAVE_MODES = ("attempts", "steps")
+#: its own; ``steps``, one child per ABBA round holding both arms, their measured steps interleaved;
+#: ``lockstep``, one child per arm and round, their measured steps alternated by the parent as one
+#: child would run them (``workloads._lockstep``); ``duet``, the same children stepping at once.
+INTERLEAVE_MODES = ("attempts", "steps", "lockstep", "duet")
+#: The modes whose rounds run one child per arm (``workloads._lockstep``).
+LOCKSTEP_MODES = ("lockstep", "duet")
 #: Conditions both arms of a step-interleaved child must share, and why.
 _ONE_PROCESS = {
     "device": "so they must share the device",
     "warmup": "and alternates their steps one for one, so they must share warmup",
     "steps": "and alternates their steps one for one, so they must share steps",
+    "revision": "which imports one checkout of the code, so they must share the revision",
+    "python": "which is one interpreter, so they must share the python",
 }
 
 
@@ -76,10 +83,12 @@ def _steps_refusal(variable: str, base: dict, objective: str, supervised: bool, 
     before anything runs: ``(the reason, what to do instead)``, or ``None``."""
     if variable in _ONE_PROCESS:
         return (f"interleave='steps' runs both arms in one process {_ONE_PROCESS[variable]}; the changed "
-                f"variable is {variable!r}", ": use interleave='attempts' (--interleave attempts)")
+                f"variable is {variable!r}", ": use interleave='lockstep' (--interleave lockstep), one process "
+                                             "per arm, their steps alternated")
     if objective == "memory" and str(base.get("device", "cpu")).strip().lower().startswith("cuda"):
         return ("interleave='steps' on CUDA shares one caching allocator between the arms, so the peak "
-                "memory the memory objective judges would be both arms' together", ": use interleave='attempts'")
+                "memory the memory objective judges would be both arms' together",
+                ": use interleave='lockstep' (--interleave lockstep)")
     from .workloads import AttemptRunner
 
     if supervised and isinstance(runner, AttemptRunner) and \
@@ -89,14 +98,34 @@ def _steps_refusal(variable: str, base: dict, objective: str, supervised: bool, 
     return None
 
 
+def _lockstep_refusal(supervised: bool, runner: Any) -> str | None:
+    """Why this comparison cannot run lockstep rounds (one child per arm), or ``None``."""
+    from .workloads import AttemptRunner, SiteRunner
+
+    if not supervised:
+        return "lockstep rounds run each arm in a child process of its own, and --in-process runs none"
+    if isinstance(runner, AttemptRunner) and not isinstance(runner, SiteRunner):
+        return (f"lockstep rounds need two children at once, one per arm: give a runner kind (auto, fork, spawn) or "
+                f"a SiteRunner, not a {type(runner).__name__}")
+    return None
+
+
 def _check_interleave(interleave: Any, variable: str, base: dict, objective: str, supervised: bool,
                       runner: Any) -> None:
-    """Refuse, before anything runs, a step interleaving whose arms cannot live in one process."""
+    """Refuse, before anything runs, an interleaving this comparison's arms cannot run with."""
     if interleave not in INTERLEAVE_MODES:
         raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
+    if interleave in LOCKSTEP_MODES:
+        refusal = _lockstep_refusal(supervised, runner)
+        if refusal:
+            raise InputError(f"interleave={interleave!r}: {refusal}")
+        return
     refusal = _steps_refusal(variable, base, objective, supervised, runner) if interleave == "steps" else None
     if refusal:
         raise InputError("".join(refusal))
+    if variable in ("revision", "python") and not supervised:
+        raise InputError(f"a change of {variable} runs each arm's code in child processes of its own (its worktree "
+                         "or its interpreter), and --in-process runs none: leave --in-process out")
 
 
 #: What a comparison runs with where its caller does not say: the configuration the noise lab validated
@@ -127,7 +156,7 @@ class Configuration:
 
     def text(self) -> str:
         """One line for the comparison run and the report: what ran, what was defaulted, what fell back."""
-        rounds = "rounds" if self.interleave == "steps" else "attempts per arm"
+        rounds = "attempts per arm" if self.interleave == "attempts" else "rounds"
         threads = "the current torch threads" if self.threads is None else \
             f"{self.threads} torch thread{'' if self.threads == 1 else 's'}"
         steps = "" if self.steps is None else f" of {self.steps} steps"
@@ -152,8 +181,9 @@ def configure(objective: str, mode: str, variable: str | None, base: dict, *, me
       does (``seed``, the specification's rule, for memory and throughput), saying why;
     - ``latency``: ``p10``; with the ``seed`` method, the specification's ``raw`` (its figure);
     - ``interleave``: ``steps``, unless both arms cannot share one process (the changed variable is
-      the device, warmup or steps; the memory objective on CUDA; a runner without step
-      interleaving): then whole attempts (``attempts``), saying why;
+      the revision, the python, the device, warmup or steps; the memory objective on CUDA): then
+      ``lockstep`` (one child per arm, their steps alternated), saying why; whole attempts
+      (``attempts``) where lockstep cannot run either (in-process, a runner object of the caller's);
     - ``threads``: 1; ``attempts`` (rounds) and the measured ``steps`` (only when the conditions do
       not give them, ``steps_given=False``): 10 and 30, or the specification's 5 and 10 with the
       ``seed`` method.
@@ -184,8 +214,10 @@ def configure(objective: str, mode: str, variable: str | None, base: dict, *, me
         interleave = RECOMMENDED["interleave"]
         refusal = _steps_refusal(str(variable), base, objective, supervised, runner)
         if refusal:
-            interleave = "attempts"
-            fallbacks.append(f"whole attempts interleaved: {refusal[0]}")
+            interleave = "attempts" if _lockstep_refusal(supervised, runner) or not refusal[1] else "lockstep"
+            how = "whole attempts interleaved" if interleave == "attempts" else \
+                "steps interleaved across two processes (lockstep)"
+            fallbacks.append(f"{how}: {refusal[0]}")
     if threads is None:
         defaulted.append("threads")
         threads = RECOMMENDED["threads"]
@@ -314,7 +346,8 @@ def check_change_reached_workload(variable: str, baseline: dict | None, candidat
     own), a changed variable that neither arm's factory looked up is refused the same way, for
     every adapter: a misspelt key (``--change chekpoint=true``) or one the factory never reads
     (``attn=sdpa`` where it builds its config without it). The conditions the runner itself
-    reads (the fixed ones, ``steps``, ``warmup``) reach the measurement whatever the factory does.
+    reads (the fixed ones, ``steps``, ``warmup``, and where the arms run: ``revision``, ``python``)
+    reach the measurement whatever the factory does.
 
     Raises:
         SingleVariableError: the factory ignored the changed variable.
@@ -324,7 +357,7 @@ def check_change_reached_workload(variable: str, baseline: dict | None, candidat
     from .rules._experiment import FIXED_CONDITIONS
 
     read_b, read_c = baseline.get("read_conditions"), candidate.get("read_conditions")
-    if (variable not in FIXED_CONDITIONS and variable not in ("steps", "warmup")
+    if (variable not in FIXED_CONDITIONS and variable not in ("steps", "warmup", "revision", "python")
             and isinstance(read_b, list) and isinstance(read_c, list)
             and variable not in read_b and variable not in read_c):
         import difflib
@@ -428,8 +461,9 @@ def _gpu_name(conditions: dict) -> str:
     return "none"
 
 
-def _outcome(result, conditions: dict) -> dict:
-    """An :class:`AttemptResult` as the arguments of ``log_attempt`` / ``StartedAttempt.finish``."""
+def _outcome(result, conditions: dict, placed: dict | None = None) -> dict:
+    """An :class:`AttemptResult` as the arguments of ``log_attempt`` / ``StartedAttempt.finish``
+    (``placed``: the fingerprint keys the arm's site sets, its interpreter's versions, its revision)."""
     from .tracking import METRIC
     from .tracking._schema import fit
 
@@ -455,7 +489,7 @@ def _outcome(result, conditions: dict) -> dict:
         histories[METRIC.STEP_WAIT_SHARE] = list(result.step_wait_share)
     if result.step_order is not None:
         histories[METRIC.STEP_ORDER] = list(result.step_order)
-    environment = {"gpu_name": _gpu_name(conditions)}
+    environment = {"gpu_name": _gpu_name(conditions), **(placed or {})}
     if result.torch_threads is not None:
         environment["torch_threads"] = result.torch_threads
     return dict(
@@ -468,11 +502,12 @@ def _outcome(result, conditions: dict) -> dict:
     )
 
 
-def _finish(started, result, conditions: dict, mem_estimate_from: str | None = None) -> str | None:
+def _finish(started, result, conditions: dict, mem_estimate_from: str | None = None,
+            placed: dict | None = None) -> str | None:
     from .tracking import AttemptDeferred
 
     try:
-        return started.finish(**_outcome(result, conditions), mem_estimate_from=mem_estimate_from)
+        return started.finish(**_outcome(result, conditions, placed), mem_estimate_from=mem_estimate_from)
     except AttemptDeferred as exc:
         print(f"warning: {exc}", file=sys.stderr)
         return None
@@ -596,6 +631,7 @@ def compare(
     resume: bool = False,
     interleave: str | None = None,
     allow_undecidable: bool = False,
+    keep_worktrees: bool = False,
     **evaluate_kwargs: Any,
 ) -> dict:
     """Run baseline and candidate attempts interleaved (ABBA) under a comparison run, then decide.
@@ -636,13 +672,20 @@ def compare(
             its comparison run is reused and the ABBA rounds continue; without it such a
             group is refused, never half-mixed.
         interleave: ``attempts`` (the ABBA order of whole attempts, each in its own
-            child) or ``steps`` (the default where both arms can share a process): each ABBA round is one child holding both arms (each built once,
+            child), ``steps`` (the default where both arms can share a process): each ABBA round is one child holding both arms (each built once,
             both warmed up, then their measured steps alternate A B B A ...; the arm that leads
             alternates between rounds), which gives one attempt per arm with the round's
             ``pair``; a failing arm fails its own attempt, a crash of the child both. The child's
             limit is twice ``timeout_s``. Both arms must live in one process: the same workload
-            and device, warmup and steps (refused before anything runs otherwise, as is the
-            memory objective on CUDA, where the arms share one allocator).
+            and device, warmup and steps, revision and python (refused before anything runs
+            otherwise, as is the memory objective on CUDA, where the arms share one allocator).
+            ``lockstep`` (the default where they cannot): each round is one child per arm, at
+            the arm's site (its revision's worktree, its interpreter), their measured steps
+            alternated A B B A ... by this process, each child timing its own; a child that
+            crashes fails its own arm's attempt only. ``duet``: the same children, both arms'
+            steps at once.
+        keep_worktrees: leave the worktrees of the revisions compared (``revision`` conditions,
+            :mod:`mlflow_perfgate.sites`) in place when the comparison ends.
         allow_undecidable: run a comparison that cannot mean anything all the same (to check a
             pipeline): by default a new group planned below ``min_valid_runs`` attempts per arm,
             or below the fewest with which its method can accept, is refused before anything
@@ -659,7 +702,7 @@ def compare(
                             max_attempts=max_attempts, progress=progress, hypothesis=hypothesis,
                             on_attempt=on_attempt, parent_run_id=parent_run_id, resume=resume,
                             interleave=interleave, allow_undecidable=allow_undecidable,
-                            evaluate_kwargs=evaluate_kwargs)
+                            keep_worktrees=keep_worktrees, evaluate_kwargs=evaluate_kwargs)
     return _Comparison(plan).run()
 
 
@@ -693,6 +736,8 @@ class _Plan:
     calibration: dict | None = None
     #: what was given, defaulted and fallen back to (:func:`configure`; its text goes on the comparison run).
     configuration: Configuration | None = None
+    #: leave the revisions' worktrees this comparison made in place when it ends.
+    keep_worktrees: bool = False
 
     @property
     def most(self) -> int:
@@ -797,6 +842,7 @@ class _Comparison:
         self.owned = False
         self.on_attempt = plan.on_attempt
         self.comparison_id: str | None = None
+        self.sites = None  # where each arm runs, when not here (``sites.ArmSites``)
 
     def attach(self, *, group: str, held: dict, runner: Any, who: str) -> None:
         """Open a comparison whose refusals were made elsewhere (a suite's entry: its comparison run
@@ -812,12 +858,21 @@ class _Comparison:
     def open(self) -> None:
         """Everything before the first attempt; the runner is closed again if any of it fails."""
         plan = self.plan
-        # One runner for the whole comparison: with fork, one warm server for all its attempts.
-        self.active, self.owned = _runner_for(plan.runner, plan.workload, plan.supervised)
+        self._place_arms()
+        # One runner for the whole comparison: with fork, one warm server for all its attempts (and
+        # where the arms run apart, one per arm and site).
+        try:
+            self.active, self.owned = _runner_for(plan.runner, plan.workload, plan.supervised, sites=self.sites,
+                                                  lockstep=plan.interleave in LOCKSTEP_MODES)
+        except BaseException:
+            self._release_sites()
+            raise
         try:
             from .tracking import group_state
 
-            _ready_store_while_warming(plan.workload, self.active, plan.timeout_s)  # checked before any write
+            _ready_store_while_warming(plan.workload, self.active, plan.timeout_s,
+                                       arms=self.arms if self.sites is not None else None,
+                                       labels=None if self.sites is None else self.sites.labels)
             self.group = plan.group or (f"{plan.workload.split(':')[-1]}-{plan.variable}-"
                                         f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
             self.held = group_state(self.group, experiment_name=plan.experiment_name)
@@ -829,6 +884,21 @@ class _Comparison:
             self.close()
             raise
         self.next_pair = self.held["next_pair"]
+
+    def _place_arms(self) -> None:
+        """Where each arm runs (``sites``): a revision's worktree, another interpreter; checked before
+        anything runs, the worktrees made, the arms' site conditions as they are recorded (a full sha,
+        an absolute path)."""
+        from .sites import arm_sites
+
+        plan = self.plan
+        self.sites = arm_sites(plan.workload, self.arms, keep_worktrees=plan.keep_worktrees)
+        if self.sites is not None:
+            self.arms = {arm: {**conditions, **self.sites.conditions[arm]} for arm, conditions in self.arms.items()}
+
+    def _release_sites(self) -> None:
+        if self.sites is not None:
+            self.sites.close()
 
     def _refuse_or_warn(self) -> None:
         """A group already held without ``resume``, or a plan that can never decide: refused, nothing written."""
@@ -871,7 +941,7 @@ class _Comparison:
         from .tracking import start_comparison
 
         plan, held, group = self.plan, self.held, self.group
-        planned = keep_planned_repeats(held, plan.base, plan.candidate) if plan.resume else None
+        planned = keep_planned_repeats(held, self.arms["baseline"], self.arms["candidate"]) if plan.resume else None
         if planned is not None and plan.progress:
             print(f"resuming group {group!r}: its attempts carry repeats={planned} (the comparison's planned "
                   f"size); this call adds {plan.attempts} attempts per arm under that condition", file=sys.stderr)
@@ -887,7 +957,7 @@ class _Comparison:
                 tag_run(run_id, {TAG.CONFIGURATION: configuration, TAG.CONFIGURED_METHOD: plan.policy.method,
                                  TAG.CONFIGURED_LATENCY: plan.policy.latency})
         else:
-            run_id = start_comparison(group, plan.base, plan.variable, objective=plan.objective,
+            run_id = start_comparison(group, self.arms["baseline"], plan.variable, objective=plan.objective,
                                       experiment_name=plan.experiment_name, workload=plan.workload,
                                       parent_run_id=plan.parent_run_id, interleave=plan.interleave,
                                       configuration=configuration, method=plan.policy.method,
@@ -905,9 +975,10 @@ class _Comparison:
         """An attempt's run, started; in flight at once, or (``ahead``) kept until its round runs."""
         from .tracking import start_attempt
 
+        placed = {} if self.sites is None else self.sites.environment[arm]  # its interpreter's, its revision
         started = start_attempt(self.group, arm, self.arms[arm], experiment_name=self.plan.experiment_name,
                                 parent_run_id=self.comparison_id, pair=pair,
-                                environment={"gpu_name": _gpu_name(self.arms[arm])})
+                                environment={"gpu_name": _gpu_name(self.arms[arm]), **placed})
         (self.ahead.setdefault(pair, []) if ahead else self.in_flight).append(started)
         return started
 
@@ -923,7 +994,8 @@ class _Comparison:
         """An attempt's outcome written, checked (the change reached the factory, the quality gate can
         fail), reported to the caller and shown (``bar``: a progress bar, or ``None``)."""
         result, estimate_from = self.memory.apply(arm, started, result)
-        if _finish(started, result, self.arms[arm], estimate_from) is None:
+        placed = None if self.sites is None else self.sites.environment[arm]
+        if _finish(started, result, self.arms[arm], estimate_from, placed) is None:
             self.deferred.append(started.attempt_id)
         self.witness.see(arm, result)
         if not self.quality_seen and arm == "baseline" and result.ok:
@@ -976,8 +1048,12 @@ class _Comparison:
             results = run_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
                                       supervised=plan.supervised, runner=self.active, **arguments)
         else:
-            pending = self.active.begin_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
-                                                    **arguments)
+            if plan.interleave in LOCKSTEP_MODES:
+                pending = self.active.begin_lockstep(plan.workload, self.arms[order[0]], self.arms[order[1]],
+                                                     duet=plan.interleave == "duet", **arguments)
+            else:
+                pending = self.active.begin_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
+                                                        **arguments)
             try:
                 if previous is not None:
                     self._report_round(*previous, bar)
@@ -1009,7 +1085,7 @@ class _Comparison:
         from .workloads import run_attempt
 
         plan = self.plan
-        if plan.interleave == "steps":
+        if plan.interleave != "attempts":
             self.run_rounds(self.next_pair, len(order) // 2, bar)
         else:
             for index, arm in enumerate(order):
@@ -1095,6 +1171,7 @@ class _Comparison:
         if self.owned and self.active is not None:
             self.active.close()
             self.owned = False
+        self._release_sites()
 
     def run(self) -> dict:
         """Open, collect, decide; ``evaluate_group``'s result with ``comparison_run_id``."""
@@ -1117,21 +1194,25 @@ class _Comparison:
         return result
 
 
-def _runner_for(runner: Any, workload: str, supervised: bool) -> tuple[Any, bool]:
+def _runner_for(runner: Any, workload: str, supervised: bool, *, sites: Any = None,
+                lockstep: bool = False) -> tuple[Any, bool]:
     """The runner a call uses, and whether the call made it (then it closes it).
 
     Unsupervised: ``None``. A caller's ``AttemptRunner``: itself, not closed. A kind:
-    ``attempt_runner(kind, workload)`` (with fork, its server already warming up).
+    ``attempt_runner(kind, workload)`` (with fork, its server already warming up); where the arms
+    run apart (``sites``, :func:`mlflow_perfgate.sites.arm_sites`) or in lockstep rounds, a
+    :class:`~mlflow_perfgate.workloads.SiteRunner` of that kind, a runner per arm and site.
 
     Raises:
         InputError: not a kind nor a runner, ``'fork'`` where fork is unavailable, or a workload
             module found nowhere on the path; before anything runs.
     """
-    from .workloads import RUNNER_KINDS, AttemptRunner, attempt_runner
+    from .workloads import RUNNER_KINDS, AttemptRunner, SiteRunner, attempt_runner
     from .workloads._names import require_importable
 
     try:  # a module off the path, answered before any server or child starts (and without torch)
-        require_importable(workload, child=supervised)
+        if sites is None:  # else found in each arm's worktree or interpreter (_check_workload)
+            require_importable(workload, child=supervised)
     except ValueError as exc:
         raise InputError(f"{exc}; nothing was run or logged") from None
     if not supervised:
@@ -1141,7 +1222,11 @@ def _runner_for(runner: Any, workload: str, supervised: bool) -> tuple[Any, bool
     if runner not in RUNNER_KINDS:
         raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
     try:
-        return attempt_runner(runner, workload=workload), True
+        if sites is None and not lockstep:
+            return attempt_runner(runner, workload=workload), True
+        placed = (None, None) if sites is None else (sites.of("baseline"), sites.of("candidate"))
+        return SiteRunner(runner, workload, site_of=(lambda conditions: None) if sites is None else sites.site_of,
+                          sites=placed, lockstep=lockstep), True
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
@@ -1179,7 +1264,8 @@ def _preload_for_decision() -> None:
     preload_plotting()
 
 
-def _ready_store_while_warming(workload: str, runner: Any, timeout_s: float) -> None:
+def _ready_store_while_warming(workload: str, runner: Any, timeout_s: float, *, arms: dict | None = None,
+                               labels: dict | None = None) -> None:
     """What a comparison or a pipeline does while the fork runner's server warms up, then the workload's check.
 
     This process imports what it needs later (mlflow, the statistics, the plots) and makes a new
@@ -1197,7 +1283,12 @@ def _ready_store_while_warming(workload: str, runner: Any, timeout_s: float) -> 
     prepared = prepare_new_store(mlflow.get_tracking_uri())
     try:
         _preload_for_decision()
-        _check_workload(workload, runner, timeout_s)
+        if arms is None:
+            _check_workload(workload, runner, timeout_s)
+        else:
+            for arm, conditions in arms.items():
+                _check_workload(workload, runner.runner_at(conditions), timeout_s,
+                                where=f"the {arm}'s {labels[arm]}")
     except BaseException:
         if prepared is not None:
             prepared.discard()
@@ -1206,7 +1297,7 @@ def _ready_store_while_warming(workload: str, runner: Any, timeout_s: float) -> 
         prepared.commit()
 
 
-def _check_workload(workload: str, runner: Any, timeout_s: float) -> None:
+def _check_workload(workload: str, runner: Any, timeout_s: float, where: str | None = None) -> None:
     """Refuse a workload whose name does not resolve, found where its code may run.
 
     Supervised, in one of the runner's children (the fork runner's server imports the module
@@ -1226,10 +1317,10 @@ def _check_workload(workload: str, runner: Any, timeout_s: float) -> None:
         else:
             note = runner.check(workload, timeout_s=timeout_s)
     except ValueError as exc:
-        raise InputError(f"{exc}; nothing was run or logged") from None
+        raise InputError(f"{where + ': ' if where else ''}{exc}; nothing was run or logged") from None
     if note:
-        print(f"warning: workload {workload!r} failed to import in a child ({note.splitlines()[0]}); "
-              "its attempts will fail", file=sys.stderr)
+        print(f"warning: workload {workload!r} failed to import in a child{' (' + where + ')' if where else ''} "
+              f"({note.splitlines()[0]}); its attempts will fail", file=sys.stderr)
 
 
 def _max_looks(attempts: int, max_attempts: int | None) -> int:

@@ -8,9 +8,12 @@ worktree of each revision, and :func:`mlflow_perfgate.rules.bisect_next` picks t
 revision, reusing every decision recorded before (a group per pair of revisions, named
 ``bisect/<benchmark>/<good>..<revision>``).
 
-A workload runs a revision's code through :func:`revision_worktree`: ``bisect`` checks out each
-revision it judges under one folder (named by ``$MLFLOW_PERFGATE_WORKTREES`` while it runs) and
-the workload reads its ``revision`` condition to find it::
+Each comparison runs lockstep rounds (:mod:`mlflow_perfgate.sites`): each revision's children
+start in its worktree, so ``--workload bench:make`` imports each revision's own ``bench.py``. A
+workload kept outside the repository finds a revision's code through :func:`revision_worktree`:
+``bisect`` checks out each revision it judges under one folder (named by
+``$MLFLOW_PERFGATE_WORKTREES`` in the children) and the workload reads its ``revision``
+condition to find it::
 
     from mlflow_perfgate.history import revision_worktree
 
@@ -21,20 +24,17 @@ the workload reads its ``revision`` condition to find it::
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
 from .rules._errors import InputError
+from .sites import WORKTREES_ENV
 
 __all__ = ["WORKTREES_ENV", "bisect", "bisect_group", "revision_worktree"]
 
-#: The folder holding one git worktree per revision (``<folder>/<sha>``), set while ``bisect`` runs.
-WORKTREES_ENV = "MLFLOW_PERFGATE_WORKTREES"
 #: What a comparison's decision means for the bisection.
 _VERDICT = {"accept": "accept", "reject": "reject", "rerun": "skip", "blocked_by_correctness": "skip"}
 
@@ -59,13 +59,9 @@ def revision_worktree(conditions: dict) -> Path:
 
 
 def _git(*args: str, cwd: str | os.PathLike | None = None) -> str:
-    try:
-        completed = subprocess.run(["git", *args], capture_output=True, text=True, timeout=120, cwd=cwd)
-    except OSError as exc:
-        raise InputError(f"git could not be run: {exc.strerror}") from None
-    if completed.returncode != 0:
-        raise InputError(f"git {' '.join(args)} failed: {completed.stderr.strip() or completed.stdout.strip()}")
-    return completed.stdout.strip()
+    from .sites import git
+
+    return git(*args, cwd=cwd)
 
 
 def _benchmark_digest(workload: str, conditions: dict) -> str:
@@ -99,7 +95,7 @@ def _recorded_verdicts(workload: str, conditions: dict, good: str, experiment_na
     return known
 
 
-def bisect(good: str, bad: str, *, workload: str, conditions: dict, attempts: int = 5,
+def bisect(good: str, bad: str, *, workload: str, conditions: dict, attempts: int | None = None,
            max_attempts: int | None = None, margin: float = 0.05, method: str = "paired",
            supervised: bool = True, timeout_s: float = 300.0, runner: str = "auto",
            experiment_name: str | None = None, keep_worktrees: bool = False, progress: bool = False,
@@ -120,14 +116,18 @@ def bisect(good: str, bad: str, *, workload: str, conditions: dict, attempts: in
 
     Args:
         good, bad: revisions of the repository (any name git resolves to a commit).
-        workload: the workload factory (it finds each revision's code with :func:`revision_worktree`).
+        workload: the workload factory (each revision's children import it from the revision's
+            worktree; one outside the repository finds the code with :func:`revision_worktree`).
         conditions: its fixed conditions (``revision`` is the variable).
-        attempts, max_attempts: attempts per arm, and the cap when adding more while undecided
-            (``None``: no more).
+        attempts, max_attempts: rounds (attempts per arm; ``None``: compare's default, 10), and the cap
+            when adding more while undecided (``None``: no more).
         margin, method: the comparison's non-regression margin and its method (``paired`` or ``robust``);
-            every comparison runs whole attempts (``interleave="attempts"``: two revisions' code cannot
-            share one process) and judges ``latency_ms`` (``raw``, the figure the history is on).
-        supervised, timeout_s, runner: how attempts run (``compare``'s).
+            every comparison is ``compare``'s with its defaults otherwise: lockstep rounds (each
+            revision in a child of its own, their measured steps alternated), the 10th-percentile
+            step, one thread. The step tail's bound (``maximum_p95_ratio``) is ``1 + margin`` unless
+            ``thresholds`` give it, so that the tail is held to the slowdown the bisect asks about.
+        supervised, timeout_s, runner: how attempts run (``compare``'s); ``supervised=False`` is
+            refused (each revision's code runs in its worktree's children).
         experiment_name: where the comparisons are recorded.
         keep_worktrees: leave the checkouts in place after the bisect.
         progress: show each comparison's progress bar.
@@ -144,6 +144,11 @@ def bisect(good: str, bad: str, *, workload: str, conditions: dict, attempts: in
     Raises:
         InputError: not a git repository, an unknown revision, ``bad`` not a descendant of ``good``.
     """
+    if not supervised:
+        raise InputError("a bisect runs each revision's code in its worktree's children (lockstep rounds, one child "
+                         "per revision), and --in-process runs none: leave --in-process out")
+    # the step tail is held to the margin the bisect asks about, as compare's defaults hold both at 5%
+    thresholds.setdefault("maximum_p95_ratio", 1 + margin)
     run = _Bisect(good, bad, repository, workload=workload, conditions=conditions, experiment_name=experiment_name,
                   say=on_step or (lambda line: None),
                   compare_options=dict(attempts=attempts, experiment_name=experiment_name, supervised=supervised,
@@ -151,9 +156,6 @@ def bisect(good: str, bad: str, *, workload: str, conditions: dict, attempts: in
                                        max_attempts=max_attempts, progress=progress, method=method,
                                        mode="non_regression", margin=margin, resume=True,
                                        allow_undecidable=True,  # bisect's own floors, said by it
-                                       # each revision's code is its own checkout, which one process cannot
-                                       # import twice; judged on the figure the history's change points are on
-                                       interleave="attempts", latency="raw",
                                        **thresholds))
     saved = os.environ.get(WORKTREES_ENV)
     os.environ[WORKTREES_ENV] = str(run.root)
@@ -183,8 +185,9 @@ class _Bisect:
         self.revisions = [line for line in listed.splitlines() if line]
         if not self.revisions or self.revisions[-1] != self.bad:
             raise InputError(f"bad ({bad}) is not a descendant of good ({good}) on the first-parent history")
-        common = Path(_git("rev-parse", "--git-common-dir", cwd=top))
-        self.root = (common if common.is_absolute() else Path(top) / common).resolve() / "perfgate-worktrees"
+        from .sites import worktree_root
+
+        self.root = worktree_root(top)
         self.root.mkdir(parents=True, exist_ok=True)
         self.known = _recorded_verdicts(workload, conditions, self.good, experiment_name)
         self.verdicts: dict[str, str | None] = {
@@ -194,9 +197,10 @@ class _Bisect:
         self.created: list[Path] = []
 
     def checkout(self, sha: str) -> None:
-        path = self.root / sha
-        if not path.is_dir():
-            _git("worktree", "add", "--detach", str(path), sha, cwd=self.top)
+        from .sites import checkout
+
+        path, made = checkout(self.top, sha)
+        if made:
             self.created.append(path)
 
     def judge(self, rev: str) -> str:
@@ -250,11 +254,10 @@ class _Bisect:
         return _outcome("ambiguous", None, self.top, good, bad, step.candidates, self.steps)
 
     def remove_worktrees(self) -> None:
+        from .sites import remove_worktree
+
         for path in self.created:
-            with contextlib.suppress(InputError):
-                _git("worktree", "remove", "--force", str(path), cwd=self.top)
-        with contextlib.suppress(InputError):
-            _git("worktree", "prune", cwd=self.top)
+            remove_worktree(self.top, path)
 
 
 def _step_line(step: dict, what: str | None = None) -> str:

@@ -55,18 +55,29 @@ def test_an_objective_the_paired_method_does_not_judge_falls_back_to_the_specifi
     assert "fell back from the recommended configuration: method seed" in config.text()
 
 
-@pytest.mark.parametrize("variable", ["steps", "warmup", "device"])
-def test_a_change_both_arms_cannot_share_a_process_with_runs_whole_attempts(variable):
+@pytest.mark.parametrize("variable", ["steps", "warmup", "device", "revision", "python"])
+def test_a_change_both_arms_cannot_share_a_process_with_runs_lockstep_rounds(variable):
     config = configure("latency", "improvement", variable, CPU, steps_given=False)
-    assert config.interleave == "attempts" and config.method == "paired"
+    assert config.interleave == "lockstep" and config.method == "paired"
+    why, = config.fallbacks
+    assert why.startswith("steps interleaved across two processes (lockstep): ")
+    assert f"the changed variable is {variable!r}" in why
+    assert "10 rounds of 30 steps" in config.text()
+
+
+@pytest.mark.parametrize("variable", ["steps", "device"])
+def test_where_lockstep_cannot_run_such_a_change_runs_whole_attempts(variable):
+    """In-process, no child per arm can run: whole attempts, saying why."""
+    config = configure("latency", "improvement", variable, CPU, steps_given=False, supervised=False)
+    assert config.interleave == "attempts"
     why, = config.fallbacks
     assert why.startswith("whole attempts interleaved: ") and f"the changed variable is {variable!r}" in why
     assert "10 attempts per arm of 30 steps" in config.text()
 
 
-def test_memory_on_cuda_and_a_runner_without_step_interleaving_run_whole_attempts():
+def test_memory_on_cuda_runs_lockstep_and_a_runner_without_step_interleaving_whole_attempts():
     cuda = configure("memory", "improvement", "checkpoint", {**CPU, "device": "cuda"}, steps_given=True)
-    assert cuda.interleave == "attempts" and "one caching allocator" in cuda.fallbacks[-1]
+    assert cuda.interleave == "lockstep" and "one caching allocator" in cuda.fallbacks[-1]
 
     class Plain(AttemptRunner):  # runs attempts, never step-interleaved pairs
         def run(self, spec, timeout_s):  # pragma: no cover - never called

@@ -126,7 +126,7 @@ def test_bisect_finds_the_commit_that_slowed_the_bench_and_reuses_its_decisions(
     shas = slowing_repository(repo, 8, 5, commit_time=lambda index: T0 + 60 * index)  # commit 5: 3x slower steps
     monkeypatch.chdir(repo)
     argv = ["history", "--bisect", shas[0], shas[-1], "--workload", BISECT_BENCH, *BISECT_SETS, "--margin", "0.5",
-            "--in-process", "--experiment", "bisect"]
+            "--experiment", "bisect"]
     code, out, err = run_cli(capsys, *argv)
     assert code == 0, out + err
     assert f"first bad commit: {shas[5]} commit 5" in out

@@ -177,7 +177,7 @@ def test_a_bisect_judges_each_step_with_the_plugin_s_method(site, sqlite_uri, tm
     repo = tmp_path / "repo"
     shas = slowing_repository(repo, 3, 2)  # commit 2 makes a step three times slower
     done = cli(site, "history", "--bisect", shas[0], shas[-1], "--workload", BISECT_BENCH, *BISECT_SETS,
-               "--margin", "0.5", "--in-process", "--method", "toy", "--experiment", "bisect", cwd=repo)
+               "--margin", "0.5", "--method", "toy", "--experiment", "bisect", cwd=repo)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"first bad commit: {shas[2]}" in done.stdout
     decided = pg.decisions(experiment_name="bisect")

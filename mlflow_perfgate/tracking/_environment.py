@@ -27,9 +27,9 @@ ENV_MISMATCH_MODES = ("fail", "warn", "ignore")
 _EXCUSES = {
     "git_revision": {"revision", "git_revision", "commit", "git_sha"},
     "torch_threads": {"threads", "torch_threads", "num_threads"},
-    "torch": {"torch", "torch_version"},
+    "torch": {"torch", "torch_version", "python"},  # another interpreter: another environment, its own torch
     "python": {"python", "python_version"},
-    "mlflow": {"mlflow", "mlflow_version"},
+    "mlflow": {"mlflow", "mlflow_version", "python"},
     "gpu_name": {"gpu", "gpu_name"},
     "host": {"host"},
 }

@@ -4,7 +4,7 @@ It imports neither mlflow nor ``mlflow_perfgate.tracking``. Ranking and judging 
 ``mlflow_perfgate.rules``; this layer uses them only to check the records it produces.
 
 Names load on first use: a caller that only runs supervised attempts (the runners,
-``run_attempt``, ``run_interleaved``, ``run_diagnosis``) imports no torch; the children, and
+``run_attempt``, ``run_interleaved``, ``run_lockstep``, ``run_diagnosis``) imports no torch; the children, and
 in-process attempts, do.
 """
 
@@ -21,6 +21,8 @@ _EXPORTS = {
     "RUNNER_KINDS": "_runner",
     "SpawnRunner": "_runner",
     "STAGES": "_interface",
+    "Site": "_site",
+    "SiteRunner": "_siterunner",
     "Workload": "_interface",
     "WorkloadProtocol": "_interface",
     "attempt_runner": "_runner",
@@ -43,6 +45,7 @@ _EXPORTS = {
     "run_attempt": "_run",
     "run_diagnosis": "_diagnosis",
     "run_interleaved": "_run",
+    "run_lockstep": "_run",
     "shape": "_conditions",
 }
 

@@ -49,6 +49,7 @@ from ._failures import timeout_reason as _timeout_reason
 from ._contention import ContentionSampler, summarize_steps
 from ._measures import check_measures, measure_figures
 from ._names import workload_target
+from ._site import Site, site_env
 from ._wire import FormatError, read_json, write_json_atomic
 
 # torch, and the modules that need it, are imported where an attempt runs (in its child, or
@@ -559,19 +560,12 @@ def caller_threads() -> int:
 
 
 def child_env() -> dict:
-    """The parent's environment, with its ``sys.path`` in ``PYTHONPATH``.
+    """The parent's environment, with its ``sys.path`` in ``PYTHONPATH`` (:func:`~._site.site_env` here).
 
     The child must import what the parent can: a factory in a test directory, a package on a
     path inserted at runtime.
     """
-    env = dict(os.environ)
-    entries = [os.path.abspath(p) for p in sys.path if p]
-    existing = env.get("PYTHONPATH")
-    if existing:
-        entries.append(existing)
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(entries))
-    env["PYTHONFAULTHANDLER"] = "1"
-    return env
+    return site_env()
 
 
 def kill_group(pgid: int) -> None:
@@ -688,29 +682,33 @@ class Spawned:
     reason: str | None = None
 
 
-def spawn_contained(spec: dict, result_path: Path, timeout_s: float, log_path: Path) -> Spawned:
+def spawn_contained(spec: dict, result_path: Path, timeout_s: float, log_path: Path,
+                    site: Site | None = None) -> Spawned:
     """Run ``python -m mlflow_perfgate.workloads._child SPEC RESULT`` for ``spec``, contained.
 
     The child starts under ``python -m mlflow_perfgate._contain keep``: a keeper with a
     parent-death signal towards this process and a subreaper, which runs the child (itself a
     subreaper, with a parent-death ``SIGKILL``), ends whatever it left and exits as it did. On
     a timeout or an interrupt here, the whole tree is stopped and killed (:func:`end_child`).
+    ``site``: where it runs (its interpreter, folder and path; ``None``: here, :mod:`._site`).
     """
     started = time.perf_counter()
-    return wait_contained(start_contained(spec, result_path, log_path), timeout_s, log_path, started)
+    return wait_contained(start_contained(spec, result_path, log_path, site), timeout_s, log_path, started)
 
 
-def start_contained(spec: dict, result_path: Path, log_path: Path) -> subprocess.Popen:
+def start_contained(spec: dict, result_path: Path, log_path: Path, site: Site | None = None) -> subprocess.Popen:
     """Start :func:`spawn_contained`'s child and return at once; :func:`wait_contained` follows it."""
     spec_path = result_path.with_name("spec.json")
     write_json_atomic(spec_path, {"spec": spec})
-    command = [sys.executable, "-m", _CONTAIN_MODULE, "keep", str(os.getpid()), _CHILD_MODULE,
+    python = sys.executable if site is None else site.python
+    command = [python, "-m", _CONTAIN_MODULE, "keep", str(os.getpid()), _CHILD_MODULE,
                str(spec_path), str(result_path)]
     with open(log_path, "wb") as log:
         # A session of its own makes the child a process-group leader, so one killpg also
         # ends the workers it forked.
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=child_env(), start_new_session=True)
+                                env=site_env(site), cwd=None if site is None else site.cwd,
+                                start_new_session=True)
 
 
 def wait_contained(process: subprocess.Popen, timeout_s: float, log_path: Path, started: float) -> Spawned:
@@ -734,15 +732,16 @@ def wait_contained(process: subprocess.Popen, timeout_s: float, log_path: Path, 
                    log_tail=_tail(log_path.read_text(errors="replace")))
 
 
-def run_spawned(spec: dict, timeout_s: float) -> AttemptResult:
-    """The spawn runner: a fresh, contained ``python -m mlflow_perfgate.workloads._child`` for the attempt.
+def run_spawned(spec: dict, timeout_s: float, site: Site | None = None) -> AttemptResult:
+    """The spawn runner: a fresh, contained ``python -m mlflow_perfgate.workloads._child`` for the attempt
+    (at ``site``, :func:`spawn_contained`).
 
     Raises:
         WorkloadRefused: the child found that the workload's name does not resolve.
     """
     with tempfile.TemporaryDirectory(prefix="perfgate-attempt-") as tmp:
         result_path = Path(tmp) / "result.json"
-        ended = spawn_contained(spec, result_path, timeout_s, Path(tmp) / "child.log")
+        ended = spawn_contained(spec, result_path, timeout_s, Path(tmp) / "child.log", site)
         return spawned_result(spec, ended, result_path, timeout_s)
 
 

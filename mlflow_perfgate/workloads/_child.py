@@ -25,6 +25,7 @@ from ._attempt import execute_in_process, failed_before_start, write_refusal, wr
 from ._failures import describe_failure
 from ._interface import resolve_workload
 from ._interleave import INTERLEAVED, run_interleaved_spec
+from ._lockstep import LOCKSTEP, run_lockstep_spec
 from ._wire import read_json, write_json_atomic
 
 __all__ = ["exit_now", "main", "run_spec"]
@@ -33,7 +34,8 @@ __all__ = ["exit_now", "main", "run_spec"]
 def run_spec(spec: dict, result_path: str) -> int:
     """Run the task of ``spec`` here, write what came of it to ``result_path``; return the exit code.
 
-    A spec of kind ``interleaved`` is a step-interleaved pair of attempts (``_interleave``).
+    A spec of kind ``interleaved`` is a step-interleaved pair of attempts (``_interleave``), one of
+    kind ``lockstep`` one arm of a lockstep round (``_lockstep``).
     """
     task = spec.get("task", "attempt")
     try:
@@ -60,6 +62,8 @@ def run_spec(spec: dict, result_path: str) -> int:
         run_diagnosis_spec(spec, result_path)
     elif spec.get("kind") == INTERLEAVED:
         return run_interleaved_spec(spec, result_path)
+    elif spec.get("kind") == LOCKSTEP:
+        return run_lockstep_spec(spec, result_path)
     else:
         result = execute_in_process(
             spec["workload"], spec["conditions"], warmup=spec["warmup"], steps=spec["steps"],

@@ -236,8 +236,9 @@ def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeou
 
 
 def _finish_arm(arm: _Arm, workload_name: str, probe: bool, memory: bool = True,
-                measures: tuple[str, ...] = ()) -> None:
-    """An arm's figures after the measured steps: latency, contention, quality, memory, the probe."""
+                measures: tuple[str, ...] = (), *, shared_process: bool = True) -> None:
+    """An arm's figures after the measured steps: latency, contention, quality, memory, the probe
+    (``shared_process``: the other arm lives in this process too, and a measured peak is both arms')."""
     from ._evidence import collect_memory_evidence
     from ._probe import probe_correctness
 
@@ -267,7 +268,7 @@ def _finish_arm(arm: _Arm, workload_name: str, probe: bool, memory: bool = True,
                     "conditions": dict(arm.conditions), "device": str(arm.device)})
             if memory and can_inspect(arm.workload):
                 record = collect_memory_evidence(arm.workload)
-                if record["status"] == "measured":
+                if record["status"] == "measured" and shared_process:
                     record = {**record, "notes": [*record.get("notes", []), _SHARED_PEAK_NOTE]}
                 fields["memory"] = record
                 fields["peak_mem_mib"] = record.get("unclamped_reserved_mib", record["reserved_mib"])

@@ -13,7 +13,7 @@ from ._attempt import DEFAULT_TIMEOUT_S, AttemptResult, execute_in_process, prep
 from ._interleave import execute_interleaved, prepare_interleaved_spec
 from ._runner import AttemptRunner, attempt_runner, runner_kind
 
-__all__ = ["run_attempt", "run_interleaved"]
+__all__ = ["run_attempt", "run_interleaved", "run_lockstep"]
 
 
 def run_attempt(
@@ -150,3 +150,55 @@ def run_interleaved(
                              import_workload=kind == "spawn", **arguments)
     with attempt_runner(kind) as owned:
         return owned.run_interleaved(workload_name, conditions_a, conditions_b, **arguments)
+
+
+def run_lockstep(
+    workload_name: str,
+    conditions_a: dict,
+    conditions_b: dict,
+    *,
+    warmup: int | None = None,
+    steps: int | None = None,
+    threads: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    probe: bool = True,
+    memory: bool = True,
+    measures: tuple[str, ...] = (),
+    runner: Any = None,
+    sites: tuple = (None, None),
+    duet: bool = False,
+) -> tuple[AttemptResult, AttemptResult]:
+    """Run one attempt of each of two arms, each in a child of its own, their measured steps in lockstep.
+
+    The parent alternates the arms' measured steps A B B A ... as one process would run them
+    (``duet``: both at once), each child timing its own step (``_lockstep``). A child that crashes,
+    hangs or leaves the protocol fails its own arm's attempt; the other arm's stands.
+
+    Args:
+        workload_name, conditions_a, conditions_b, warmup, steps, threads, probe, memory, measures:
+            as for :func:`run_interleaved`, except that the arms may differ in ``warmup``, ``steps``
+            and device.
+        timeout_s: each child's wall-clock limit (its own steps and tail; the time it waits while the
+            other arm steps is not counted).
+        runner: a :class:`~._siterunner.SiteRunner`, or a kind (``None`` is ``auto``).
+        sites: where each arm's child runs (:class:`~._site.Site`; ``None``: here), with a kind.
+        duet: both arms' steps at once.
+
+    Returns:
+        ``(result of arm A, result of arm B)``.
+
+    Raises:
+        ValueError: bad arguments, as :func:`run_attempt` says, for either arm.
+    """
+    from ._siterunner import SiteRunner
+
+    arguments = {"warmup": warmup, "steps": steps, "threads": threads, "timeout_s": timeout_s, "probe": probe,
+                 "memory": memory, "measures": measures, "duet": duet}
+    if isinstance(runner, SiteRunner):
+        return runner.run_lockstep(workload_name, conditions_a, conditions_b, **arguments)
+    if isinstance(runner, AttemptRunner):
+        raise ValueError(f"lockstep needs a SiteRunner or a runner kind, got {type(runner).__name__}")
+    by_key = {id(conditions_a): sites[0], id(conditions_b): sites[1]}
+    with SiteRunner("auto" if runner is None else runner, workload_name, site_of=lambda c: by_key.get(id(c)),
+                    sites=tuple(sites)) as owned:
+        return owned.run_lockstep(workload_name, conditions_a, conditions_b, **arguments)

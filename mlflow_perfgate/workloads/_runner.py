@@ -48,9 +48,10 @@ from ._attempt import (
     wait_contained,
 )
 from ._failures import tail
-from ._gate import Gate
+from ._gate import MEASURED, Gate
 from ._interleave import pair_results, prepare_interleaved_spec, run_pair
 from ._names import workload_target
+from ._site import Site, site_env
 from ._wire import FormatError, decode_line, encode_line, read_json
 
 __all__ = ["AttemptRunner", "ForkRunner", "PendingPair", "RUNNER_KINDS", "SpawnRunner", "attempt_runner",
@@ -219,6 +220,10 @@ class SpawnRunner(AttemptRunner):
 
     kind = "spawn"
 
+    def __init__(self, site: Site | None = None) -> None:
+        #: Where its children run (``None``: here, as this process is now; ``_site``).
+        self.site = site
+
     def run(self, workload_name: str, conditions: dict, *, warmup: int | None = None,
             steps: int | None = None, threads: int | None = None, probe: bool = True,
             timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
@@ -226,16 +231,16 @@ class SpawnRunner(AttemptRunner):
         spec = prepare_spec(workload_name, conditions, warmup=warmup, steps=steps, threads=threads,
                             timeout_s=timeout_s, probe=probe, supervised=True, memory=memory,
                             measures=measures)
-        return dataclasses.replace(run_spawned(spec, float(timeout_s)), conditions=dict(conditions))
+        return dataclasses.replace(run_spawned(spec, float(timeout_s), self.site), conditions=dict(conditions))
 
     def run_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
                         warmup: int | None = None, steps: int | None = None, threads: int | None = None,
                         probe: bool = True,
                         timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
                         measures: tuple[str, ...] = ()) -> tuple[AttemptResult, AttemptResult]:
-        return run_pair(run_spawned, workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
-                        threads=threads, probe=probe, timeout_s=timeout_s, import_workload=True,
-                        memory=memory, measures=measures)
+        return run_pair(lambda spec, limit: run_spawned(spec, limit, self.site), workload_name, conditions_a,
+                        conditions_b, warmup=warmup, steps=steps, threads=threads, probe=probe, timeout_s=timeout_s,
+                        import_workload=self.site is None, memory=memory, measures=measures)
 
     def begin_interleaved(self, workload_name: str, conditions_a: dict, conditions_b: dict, *,
                           warmup: int | None = None, steps: int | None = None, threads: int | None = None,
@@ -244,15 +249,22 @@ class SpawnRunner(AttemptRunner):
         """The pair's interpreter starts now (its imports, build and warm-up beside the caller)."""
         spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                                         threads=threads, timeout_s=timeout_s, probe=probe, supervised=True,
-                                        import_workload=True, memory=memory, measures=measures)
-        return _SpawnPair(spec, conditions_a, conditions_b, float(timeout_s))
+                                        import_workload=self.site is None, memory=memory, measures=measures)
+        return _GatedPair(self.begin_child(spec, float(timeout_s), ("pair_result",)), conditions_a, conditions_b)
+
+    def begin_child(self, spec: dict, timeout_s: float, files: tuple[str, ...] = ()) -> "_GatedChild":
+        """A child for ``spec`` begun now, gated (:class:`_GatedChild`): its interpreter starts at once."""
+        return _SpawnChild(spec, timeout_s, files, self.site)
+
+    def run_task(self, spec: dict, result_path: Path, log_path: Path, timeout_s: float) -> Spawned:
+        return spawn_contained(spec, result_path, timeout_s, log_path, self.site)
 
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         workload_target(workload_name)
         with tempfile.TemporaryDirectory(prefix="perfgate-check-") as tmp:
             result_path = Path(tmp) / "result.json"
             ended = spawn_contained({"task": "check", "workload": workload_name}, result_path, float(timeout_s),
-                                    Path(tmp) / "child.log")
+                                    Path(tmp) / "child.log", self.site)
             if ended.timed_out:
                 return f"importing its module did not finish within {float(timeout_s)}s"
             try:
@@ -322,13 +334,17 @@ class _DeferredPair(PendingPair):
         pass
 
 
-class _GatedPair(PendingPair):
-    """What both runners' begun pairs share: a temporary directory with the gate and the results."""
+class _GatedChild:
+    """A child begun ahead with a gate (``_gate``): its temporary directory, result and log.
 
-    def __init__(self, spec: dict, conditions_a: dict, conditions_b: dict, timeout_s: float) -> None:
-        self.conditions = (dict(conditions_a), dict(conditions_b))
+    What both runners' begun children share; a step-interleaved pair (:class:`_GatedPair`) holds
+    one, a lockstep round (:class:`~._lockstep.LockstepPair`) two. ``files`` names spec entries
+    that get a path in the child's directory (``pair_result``).
+    """
+
+    def __init__(self, spec: dict, timeout_s: float, files: tuple[str, ...] = ()) -> None:
         self.timeout_s = timeout_s
-        self._tmp = tempfile.TemporaryDirectory(prefix="perfgate-interleaved-")
+        self._tmp = tempfile.TemporaryDirectory(prefix="perfgate-gated-")
         tmp = Path(self._tmp.name)
         self.result_path, self.log_path = tmp / "result.json", tmp / "child.log"
         try:
@@ -337,7 +353,7 @@ class _GatedPair(PendingPair):
         except BaseException:
             self._tmp.cleanup()
             raise
-        self.spec = {**spec, "pair_result": str(tmp / "pair.json"), "gate": self.gate.path}
+        self.spec = {**spec, **{name: str(tmp / f"{name}.json") for name in files}, "gate": self.gate.path}
         self.started = time.perf_counter()
         self.opened: float | None = None  # perf_counter() at the gate's opening
         self.deadline = 0.0  # monotonic(): the child's time limit, from the gate's opening
@@ -345,97 +361,102 @@ class _GatedPair(PendingPair):
 
     def open(self) -> None:
         if self.done:
-            raise ValueError("this pair was finished or cancelled already")
+            raise ValueError("this child was finished or cancelled already")
         if self.opened is None:
             self.gate.open()
             self.opened, self.deadline = time.perf_counter(), time.monotonic() + self.timeout_s
 
-    def measured(self) -> bool:
-        self.open()
-        return self._wait_measured()
+    def extend(self, seconds: float) -> None:
+        """Push the child's limit back by ``seconds`` the parent spent on another child meanwhile."""
+        self.deadline += seconds
 
-    def finish(self) -> tuple[AttemptResult, AttemptResult]:
-        if self.done:
-            raise ValueError("this pair was finished or cancelled already")
-        try:
-            self.open()
-            lead = self._lead()
-            after = time.perf_counter() - self.opened
-            results = pair_results(lead, self.spec["pair_result"], *self.conditions)
-            return tuple(dataclasses.replace(result, after_gate_s=after) for result in results)
-        finally:
-            self._release()
+    def wait_reply(self, size: int) -> bytes | None:
+        """The child's next reply of ``size`` bytes (``_gate``), waited for until the child ends or its
+        limit passes (then ``None``)."""
+        raise NotImplementedError
+
+    def wait_measured(self) -> bool:
+        """Until the child says its measured steps are over (``True``), ends, or its limit passes."""
+        if not self.gate.measured and self.wait_reply(1) == MEASURED:
+            self.gate.measured = True
+        return self.gate.measured
+
+    def lead(self) -> AttemptResult:
+        """Follow the child to its end (its gate open) or its limit: the runner's result of it."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """End the child now (its result is how it ended: killed)."""
+        raise NotImplementedError
 
     def cancel(self) -> None:
+        """End the child: one not let through ends without measuring; one let through is given a moment
+        to end, else killed."""
         if self.done:
             return
         try:
             self.gate.stop()
             self._end_unmeasured()
         finally:
-            self._release()
-
-    def _lead(self) -> AttemptResult:
-        """Follow the child to its end (its gate open) or :attr:`deadline`: the runner's result of
-        it, the leading arm's."""
-        raise NotImplementedError
-
-    def _wait_measured(self) -> bool:
-        """Until the gate's ``measured`` byte (``True``), the child's end or :attr:`deadline` (``False``)."""
-        raise NotImplementedError
+            self.release()
 
     def _end_unmeasured(self) -> None:
-        """Wait briefly for the child told to stop at its gate, else kill it."""
+        """Wait briefly for the child told to stop, else kill it."""
         raise NotImplementedError
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        if self.done:
+            return
         self.done = True
         self.gate.close()
         self._tmp.cleanup()
 
 
-class _SpawnPair(_GatedPair):
+class _SpawnChild(_GatedChild):
     """A spawned child begun ahead: the interpreter's start and imports run beside the caller too."""
 
-    def __init__(self, spec: dict, conditions_a: dict, conditions_b: dict, timeout_s: float) -> None:
-        super().__init__(spec, conditions_a, conditions_b, timeout_s)
+    def __init__(self, spec: dict, timeout_s: float, files: tuple[str, ...] = (), site: Site | None = None) -> None:
+        super().__init__(spec, timeout_s, files)
         try:
-            self.process = start_contained(self.spec, self.result_path, self.log_path)
+            self.process = start_contained(self.spec, self.result_path, self.log_path, site)
         except BaseException:
-            self._release()
+            self.release()
             raise
 
-    def _lead(self) -> AttemptResult:
+    def lead(self) -> AttemptResult:
         ended = wait_contained(self.process, max(0.0, self.deadline - time.monotonic()), self.log_path, self.started)
         return spawned_result(self.spec, ended, self.result_path, self.timeout_s)
 
-    def _wait_measured(self) -> bool:
-        while not self.gate.read_measured():
+    def wait_reply(self, size: int) -> bytes | None:
+        while (reply := self.gate.read_reply(size)) is None:
             if self.process.poll() is not None or time.monotonic() >= self.deadline:
-                return False
+                return None
             select.select([self.gate.measured_fd], [], [], _POLL_S)
-        return True
+        return reply
+
+    def kill(self) -> None:
+        end_child(self.process.pid)
 
     def _end_unmeasured(self) -> None:
         wait_contained(self.process, _CANCEL_GRACE_S, self.log_path, self.started)
 
 
-class _ForkPair(_GatedPair):
+class _ForkChild(_GatedChild):
     """A child of the fork runner's server begun ahead; the runner is held (its lock) until the end."""
 
-    def __init__(self, runner: "ForkRunner", spec: dict, conditions_a: dict, conditions_b: dict,
-                 timeout_s: float) -> None:
-        super().__init__(spec, conditions_a, conditions_b, timeout_s)
+    def __init__(self, runner: "ForkRunner", spec: dict, timeout_s: float, files: tuple[str, ...] = ()) -> None:
+        super().__init__(spec, timeout_s, files)
         self.runner = runner
-        self.ended = False  # the child's end was read (and held) while waiting for its measured byte
+        self.ended = False  # the child's end was read (and held) while waiting for a reply
+        self.pid: int | None = None
         runner._lock.acquire()
         try:
             self.server = runner._live_server()
-            request = _request("run", self.result_path, self.log_path, spec=self.spec)
+            request = runner._request("run", self.result_path, self.log_path, spec=self.spec)
             # what ended it already (the server died or never warmed up), else None: sent
             self.early, self.waited_s = runner._send(self.server, request)
         except BaseException:
-            self._release()
+            self.release()
             raise
 
     def _follow(self, deadline: float) -> _Ending:
@@ -447,58 +468,103 @@ class _ForkPair(_GatedPair):
             self.runner._discard(self.server)
             raise
 
-    def _wait_measured(self) -> bool:
+    def wait_reply(self, size: int) -> bytes | None:
         if self.early is not None:
-            return False
+            return None
         server, events = self.server, self.server.process.stdout.fileno()
         try:
-            while not self.gate.read_measured():
+            while (reply := self.gate.read_reply(size)) is None:
                 if self.ended:
-                    return False
+                    return None
                 # an event read here (the child's start, its end) is kept for _events
                 while b"\n" in server.buffer or select.select([events], [], [], 0)[0]:
                     event = server.read_new_event(time.monotonic())
                     if event is None:
                         break
                     server.held.append(event)
-                    if event.get("event") in ("exited", "done"):
+                    attempt = event.get("phase", "attempt") == "attempt"  # not the child that vets the import
+                    if event.get("event") == "started" and attempt:
+                        self.pid = event.get("pid")
+                    if event.get("event") == "done" or (event.get("event") == "exited" and attempt):
                         self.ended = True
-                        return self.gate.read_measured()
+                        return self.gate.read_reply(size)
                 remaining = self.deadline - time.monotonic()
                 if remaining <= 0:
-                    return False
+                    return None
                 select.select([self.gate.measured_fd, events], [], [], remaining)
         except _ServerGone:  # _events finds it again and says how it ended
             self.ended = True
-            return False
-        return True
+            return None
+        return reply
 
-    def _lead(self) -> AttemptResult:
+    def lead(self) -> AttemptResult:
         ending = self._follow(self.deadline)
         ending.waited_s = self.waited_s
         return self.runner._result_of(self.spec, ending, time.perf_counter() - self.started - self.waited_s,
                                       self.result_path, self.log_path, self.timeout_s)
 
+    def kill(self) -> None:
+        pids = set(self.server.children) | ({self.pid} if self.pid is not None else set())
+        for pid in pids:
+            kill_group(pid)
+
     def _end_unmeasured(self) -> None:
         self._follow(time.monotonic() + _CANCEL_GRACE_S)  # past it, the time-out's path kills the child
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        if self.done:
+            return
         self.runner._lock.release()
-        super()._release()
+        super().release()
+
+
+class _GatedPair(PendingPair):
+    """A step-interleaved pair begun ahead: one gated child holding both arms."""
+
+    def __init__(self, child: _GatedChild, conditions_a: dict, conditions_b: dict) -> None:
+        self.child = child
+        self.conditions = (dict(conditions_a), dict(conditions_b))
+
+    def open(self) -> None:
+        if self.child.done:
+            raise ValueError("this pair was finished or cancelled already")
+        self.child.open()
+
+    def measured(self) -> bool:
+        self.open()
+        return self.child.wait_measured()
+
+    def finish(self) -> tuple[AttemptResult, AttemptResult]:
+        if self.child.done:
+            raise ValueError("this pair was finished or cancelled already")
+        child = self.child
+        try:
+            child.open()
+            lead = child.lead()
+            after = time.perf_counter() - child.opened
+            results = pair_results(lead, child.spec["pair_result"], *self.conditions)
+            return tuple(dataclasses.replace(result, after_gate_s=after) for result in results)
+        finally:
+            child.release()
+
+    def cancel(self) -> None:
+        self.child.cancel()
 
 
 class _Server:
     """The runner's side of one attempt server process."""
 
-    def __init__(self, scratch: Path, number: int, preload: str | None) -> None:
+    def __init__(self, scratch: Path, number: int, preload: str | None, site: Site | None = None) -> None:
         self.log_path = scratch / f"server-{number}.log"
         # Contained (_contain run): it dies with this process, and adopts its children's orphans.
-        command = [sys.executable, "-m", _CONTAIN_MODULE, "run", str(os.getpid()), _SERVER_MODULE]
+        command = [sys.executable if site is None else site.python, "-m", _CONTAIN_MODULE, "run", str(os.getpid()),
+                   _SERVER_MODULE]
         if preload:
             command += ["--preload", preload, str(scratch)]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                            env=child_env(), start_new_session=True, bufsize=0)
+                                            env=site_env(site), cwd=None if site is None else site.cwd,
+                                            start_new_session=True, bufsize=0)
         self.ready = False
         self.info: dict = {}
         #: Children the server announced and has not reported ended (their process groups).
@@ -616,12 +682,14 @@ class ForkRunner(AttemptRunner):
 
     kind = "fork"
 
-    def __init__(self, workload: str | None = None) -> None:
+    def __init__(self, workload: str | None = None, site: Site | None = None) -> None:
         if not fork_available():
             raise ValueError(f"the fork runner needs os.fork on Linux, and this is {sys.platform}")
         if workload is not None:
             workload_target(workload)
         self._workload = workload
+        #: Where its server and children run (``None``: here, as this process is now; ``_site``).
+        self.site = site
         self._lock = threading.Lock()
         self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-runner-")
         self._server: _Server | None = None
@@ -635,7 +703,7 @@ class ForkRunner(AttemptRunner):
 
     def _start_server(self) -> _Server:
         self.servers_started += 1
-        self._server = _Server(Path(self._scratch.name), self.servers_started, self._workload)
+        self._server = _Server(Path(self._scratch.name), self.servers_started, self._workload, self.site)
         return self._server
 
     def _live_server(self) -> _Server:
@@ -738,13 +806,21 @@ class ForkRunner(AttemptRunner):
                                         threads=self.default_threads() if threads is None else threads,
                                         timeout_s=timeout_s, probe=probe, supervised=True, import_workload=False,
                                         memory=memory, measures=measures)
-        return _ForkPair(self, spec, conditions_a, conditions_b, float(timeout_s))
+        return _GatedPair(self.begin_child(spec, float(timeout_s), ("pair_result",)), conditions_a, conditions_b)
+
+    def begin_child(self, spec: dict, timeout_s: float, files: tuple[str, ...] = ()) -> "_GatedChild":
+        """A child for ``spec`` begun now, gated (:class:`_GatedChild`): the server forks it at once; the
+        runner is held until it is finished or cancelled."""
+        return _ForkChild(self, spec, timeout_s, files)
+
+    def _request(self, op: str, result_path: Path, log_path: Path, **fields: Any) -> dict:
+        return _request(op, result_path, log_path, self.site, **fields)
 
     def check(self, workload_name: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
         """The server's supervised import is the check (:meth:`AttemptRunner.check`)."""
         workload_target(workload_name)
         with self._lock, tempfile.TemporaryDirectory(prefix="perfgate-check-") as tmp:
-            request = _request("check", Path(tmp) / "result.json", Path(tmp) / "child.log", workload=workload_name)
+            request = self._request("check", Path(tmp) / "result.json", Path(tmp) / "child.log", workload=workload_name)
             ending = self._follow_request(request, time.monotonic() + float(timeout_s))
         if ending.how == "refused":
             raise WorkloadRefused(ending.note)
@@ -762,7 +838,7 @@ class ForkRunner(AttemptRunner):
         started = time.perf_counter()
         Path(log_path).touch()
         with self._lock:
-            ending = self._follow_request(_request("run", result_path, log_path, spec=spec),
+            ending = self._follow_request(self._request("run", result_path, log_path, spec=spec),
                                           time.monotonic() + float(timeout_s))
         if ending.how == "refused":
             raise WorkloadRefused(ending.note)
@@ -781,7 +857,7 @@ class ForkRunner(AttemptRunner):
             result_path, log_path = Path(tmp) / "result.json", Path(tmp) / "child.log"
             log_path.touch()
             # an interrupt discards the server: the next attempt gets a fresh one
-            ending = self._follow_request(_request("run", result_path, log_path, spec=spec), deadline)
+            ending = self._follow_request(self._request("run", result_path, log_path, spec=spec), deadline)
             # The server's warm-up is the runner's, once: not this attempt's time.
             wall_s = time.perf_counter() - started - ending.waited_s
             return self._result_of(spec, ending, wall_s, result_path, log_path, timeout_s)
@@ -916,11 +992,14 @@ class ForkRunner(AttemptRunner):
             self._scratch.cleanup()
 
 
-def _request(op: str, result_path: Path, log_path: Path, **fields: Any) -> dict:
-    """A request to the server for a child: where it writes, and this process's directory,
-    environment and ``sys.path`` (the child runs as a spawned one would, here)."""
-    return {"op": op, **fields, "result": str(result_path), "log": str(log_path), "cwd": os.getcwd(),
-            "env": child_env(), "path": [os.path.abspath(p) for p in sys.path if p]}
+def _request(op: str, result_path: Path, log_path: Path, site: Site | None = None, **fields: Any) -> dict:
+    """A request to the server for a child: where it writes, and its directory, environment and
+    ``sys.path``: this process's now (the child runs as a spawned one would, here), or ``site``'s."""
+    if site is None:
+        return {"op": op, **fields, "result": str(result_path), "log": str(log_path), "cwd": os.getcwd(),
+                "env": child_env(), "path": [os.path.abspath(p) for p in sys.path if p]}
+    return {"op": op, **fields, "result": str(result_path), "log": str(log_path), "cwd": site.cwd,
+            "env": site_env(site), "path": list(site.path)}
 
 
 def attempt_runner(kind: str = "auto", workload: str | None = None) -> AttemptRunner:
