@@ -125,7 +125,8 @@ def _check_interleave(interleave: Any, variable: str, base: dict, objective: str
         raise InputError("".join(refusal))
     if variable in ("revision", "python") and not supervised:
         raise InputError(f"a change of {variable} runs each arm's code in child processes of its own (its worktree "
-                         "or its interpreter), and --in-process runs none: leave --in-process out")
+                         "or its interpreter), and --in-process runs none: leave --in-process out; nothing was run "
+                         "or logged")
 
 
 #: What a comparison runs with where its caller does not say: the configuration the noise lab validated

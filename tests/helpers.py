@@ -216,3 +216,50 @@ def command_lines(block: str, program: str = "mlflow-perfgate") -> list[list[str
         if words and words[0] == program:
             commands.append(words[1:])
     return commands
+
+
+#: The conditions of ``busy_repository``'s benchmark (``--workload bench:make`` from the repository).
+BUSY_SETS = [f"--set={k}={v}" for k, v in {"model": "busy", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32",
+                                           "device": "cpu", "measurement_method": "wall_ms", "warmup": 1,
+                                           "steps": 8}.items()]
+_BUSY_BENCH = '''"""A step that spins for BUSY_MS milliseconds (each revision its own)."""
+import time
+
+BUSY_MS = {busy_ms}
+
+
+class Bench:
+    def step(self):
+        end = time.perf_counter() + BUSY_MS / 1e3
+        while time.perf_counter() < end:
+            pass
+
+    def quality(self):
+        return 1.0
+
+
+def make(conditions):
+    return Bench()
+'''
+
+
+def busy_repository(repo, busy_ms: list[float | None]) -> list[str]:
+    """A new git repository with one commit per entry of ``busy_ms``: its ``bench.py`` spins that many
+    milliseconds per step (``None``: the commit has no ``bench.py``); the shas, oldest first."""
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    shas = []
+    for index, busy in enumerate(busy_ms):
+        bench = repo / "bench.py"
+        if busy is None:
+            if bench.exists():
+                bench.unlink()
+        else:
+            bench.write_text(_BUSY_BENCH.format(busy_ms=busy))
+        (repo / "notes.txt").write_text(f"commit {index}\n")
+        git(repo, "add", "-A", ".")
+        git(repo, "commit", "-q", "-m", f"commit {index}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    return shas
