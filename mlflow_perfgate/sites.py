@@ -177,6 +177,7 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
                     result.made.append(path)
                 site = site.moved(top, path, label=f"worktree of {sha[:12]}",
                                   env={WORKTREES_ENV: str(path.parent)})
+                _require_moved(workload, top, site, path, arm)
                 recorded["revision"], environment["git_revision"] = sha, sha
                 labels.append(f"revision {sha[:12]}" + ("" if sha.startswith(str(revision)) else f" ({revision})"))
             python = conditions.get("python")
@@ -198,6 +199,56 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
         result.close()
         raise
     return result
+
+
+def _require_moved(workload: str, top: str, site: Any, worktree: Path, arm: str) -> None:
+    """Refuse a workload module in the repository that the arm's children would import from the checkout
+    here rather than from the arm's worktree (an editable install's finder, a path outside the moved
+    ones): both arms would run the same code, and the comparison would measure nothing.
+
+    Found without importing anything: where this process finds the module's top-level package, and
+    where the child's path (moved into the worktree) finds it.
+    """
+    import importlib.machinery
+    import importlib.util
+
+    from .workloads._names import workload_target
+
+    top_module = workload_target(workload)[0].split(".")[0]
+    try:
+        here = importlib.util.find_spec(top_module)
+    except (ImportError, ValueError):
+        here = None
+    here_origin = _origin(here) or _origin(importlib.machinery.PathFinder.find_spec(top_module, [os.getcwd()]))
+    if here_origin is None or not _under(here_origin, top):
+        return  # outside the repository: a factory that finds each revision's code itself (revision_worktree)
+    # a child runs ``python -m`` in the site's folder: that folder comes first on its path
+    there = _origin(importlib.machinery.PathFinder.find_spec(top_module, [site.cwd, *site.path]))
+    if there is not None and _under(there, str(worktree)):
+        return
+    where = os.path.relpath(os.path.realpath(here_origin), os.path.realpath(top))
+    if not os.path.exists(worktree / where):
+        raise InputError(f"the {arm}'s revision {worktree.name[:12]} has no {where} (its "
+                         f"worktree {worktree} lacks the workload module {top_module!r}): compare revisions that both "
+                         "hold the benchmark; nothing was run or logged")
+    raise InputError(f"the {arm}'s workload module {top_module!r} would be imported from {here_origin}, the checkout "
+                     f"here, not from its revision's worktree ({worktree}): both arms would run the same code. Run "
+                     f"from the folder that holds it, or put that folder on PYTHONPATH (an editable install maps the "
+                     f"module to the checkout); nothing was run or logged")
+
+
+def _origin(spec) -> str | None:
+    if spec is None:
+        return None
+    if spec.origin not in (None, "namespace", "built-in", "frozen"):
+        return os.path.abspath(spec.origin)
+    locations = list(spec.submodule_search_locations or [])
+    return os.path.abspath(locations[0]) if locations else None
+
+
+def _under(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder + os.sep)
 
 
 def _resolve(top: str, revision: str, arm: str) -> str:
