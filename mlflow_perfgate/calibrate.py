@@ -1,9 +1,12 @@
 """``mlflow-perfgate calibrate``: how much noise this machine puts between two identical arms now, and
 what the paired method can resolve through it.
 
-A calibration runs ``rounds`` step-interleaved rounds of one workload (``workloads.run_interleaved``,
-one child per round, as ``compare --interleave steps`` runs them) whose two arms have the same
-conditions; the arm that leads alternates between rounds, as in a comparison. Whatever differs
+A calibration runs ``rounds`` rounds of one workload whose two arms have the same conditions, the
+way the comparison it plans for will run them (``interleave``): step-interleaved in one child per
+round (``steps``, ``workloads.run_interleaved``), one child per arm their steps in lockstep
+(``lockstep``, ``duet``: what a comparison of revisions or environments runs), or whole attempts
+(``attempts``); the arm that leads alternates between rounds, as in a comparison. Conditions that
+place the arms (``revision``, ``python``: ``mlflow_perfgate.sites``) place both. Whatever differs
 between the arms of a round is noise. For each figure a decision can judge (``--latency raw``,
 ``p10``, ``fastest``, ``uncontended``) the rules compute the within-round log ratios, their spread,
 the smallest effect the paired method's test detects at a few numbers of rounds, and the rounds
@@ -26,7 +29,7 @@ from .rules._calibration import (CALIBRATION_LATENCIES, DEFAULT_HORIZONS, MAX_AU
 from .rules._errors import InputError, check_unit_interval
 from .rules._settings import LATENCY_KEYS
 
-__all__ = ["DEFAULT_EFFECTS", "calibrate", "calibration_table", "effect_text"]
+__all__ = ["DEFAULT_EFFECTS", "calibrate", "calibration_table", "effect_text", "interleaving_text"]
 
 #: The effects whose rounds a calibration reports when none are asked for (fractions: 5% is 0.05).
 DEFAULT_EFFECTS = (0.02, 0.05, 0.10)
@@ -71,6 +74,7 @@ def calibrate(
     threads: int | None = None,
     progress: bool = True,
     parent_run_id: str | None = None,
+    interleave: str = "steps",
 ) -> dict:
     """Run identical-arm rounds of a workload, measure each figure's within-round spread, log a calibration run.
 
@@ -91,6 +95,10 @@ def calibrate(
             twice ``timeout_s``; ``threads`` defaults to 1, as ``compare``'s).
         progress: a progress bar on stderr.
         parent_run_id: a run to nest the calibration run under.
+        interleave: how the rounds share the machine, as ``compare --interleave`` (``steps``,
+            ``lockstep``, ``duet``, ``attempts``): the noise of the interleaving the comparison
+            will use (a comparison of revisions runs ``lockstep``). ``compare --rounds auto``
+            finds only a calibration of its own interleaving.
 
     Returns:
         The calibration: ``workload``, ``conditions``, ``identity``, ``environment``, ``threads``,
@@ -131,15 +139,32 @@ def calibrate(
     _count(given, "warmup", warmup, 0)
     base = harness._base_conditions(workload, given, rounds)
     harness.require_fixed_conditions(base)
-    harness._check_interleave("steps", "", base, "latency", supervised, runner)
+    harness._check_interleave(interleave, "", base, "latency", supervised, runner)
+    for placed in ("revision", "python"):
+        if base.get(placed) not in (None, "") and not supervised:
+            raise InputError(f"{placed} places the arms in child processes of their own, and --in-process runs none: "
+                             "leave --in-process out")
     started_ms = int(time.time() * 1000)
-    identity = harness.calibration_identity(workload, base, threads)
-    conditions_logged = {key: value for key, value in base.items() if key != "repeats"}
+    from .sites import arm_sites
 
-    with harness._runner_scope(runner, workload, supervised) as active:
-        harness._ready_store_while_warming(workload, active, timeout_s)
-        records = _run_rounds(workload, base, rounds, supervised=supervised, runner=active, timeout_s=timeout_s,
-                              threads=threads, progress=progress)
+    sites = arm_sites(workload, {"baseline": base, "candidate": base})
+    try:
+        if sites is not None:  # both arms at the revision's worktree, or in the interpreter, given
+            base = {**base, **sites.conditions["baseline"]}
+        identity = harness.calibration_identity(workload, base, threads, interleave)
+        conditions_logged = {key: value for key, value in base.items() if key != "repeats"}
+        active, owned = harness._runner_for(runner, workload, supervised, sites=sites,
+                                            lockstep=interleave in harness.LOCKSTEP_MODES)
+        try:
+            harness._ready_store_while_warming(workload, active, timeout_s)
+            records = _run_rounds(workload, base, rounds, supervised=supervised, runner=active, timeout_s=timeout_s,
+                                  threads=threads, progress=progress, interleave=interleave)
+        finally:
+            if owned:
+                active.close()
+    finally:
+        if sites is not None:
+            sites.close()
     from .tracking import run_url
     from .tracking._calibration import log_calibration
     from .tracking._environment import fingerprint
@@ -161,6 +186,7 @@ def calibrate(
         figures.append(item)
     summary = {
         "workload": workload, "conditions": conditions_logged, "identity": identity, "environment": environment,
+        "interleave": interleave,
         "threads": "default" if threads is None else threads, "rounds_asked": rounds,
         "complete_rounds": len(complete), "failed_rounds": len(records) - len(complete), "test": test.to_dict(),
         "latency": latency, "effects": list(effects), "horizons": list(horizons), "power": power,
@@ -187,20 +213,35 @@ def calibrate(
     return summary
 
 
+def _round(workload: str, base: dict, *, interleave: str, supervised: bool, runner: Any, timeout_s: float,
+           threads: int | None) -> tuple:
+    """One identical-arm round's two results, leading arm first, run as ``interleave`` says."""
+    from .workloads import run_attempt, run_interleaved
+
+    arguments = dict(threads=threads, memory=False, probe=False)
+    if interleave == "steps":
+        return run_interleaved(workload, base, base, supervised=supervised, timeout_s=2 * timeout_s, runner=runner,
+                               **arguments)
+    if interleave in ("lockstep", "duet"):
+        return runner.run_lockstep(workload, base, base, timeout_s=2 * timeout_s, duet=interleave == "duet",
+                                   **arguments)
+    return tuple(run_attempt(workload, base, supervised=supervised, timeout_s=timeout_s, runner=runner, **arguments)
+                 for _ in range(2))
+
+
 def _run_rounds(workload: str, base: dict, rounds: int, *, supervised: bool, runner: Any, timeout_s: float,
-                threads: int | None, progress: bool) -> list[dict]:
-    """The identical-arm rounds: one child each, both arms ``base``, the leading arm alternating (ABBA)."""
+                threads: int | None, progress: bool, interleave: str = "steps") -> list[dict]:
+    """The identical-arm rounds, both arms ``base``, the leading arm alternating (ABBA)."""
     from tqdm import tqdm
 
-    from .workloads import run_interleaved
     from .workloads._interleave import INTERLEAVE_REFUSED
 
     records = []
     with tqdm(total=rounds, desc="calibrate", unit="round", disable=not progress, file=sys.stderr) as bar:
         for index in range(rounds):
             order = ("baseline", "candidate") if index % 2 == 0 else ("candidate", "baseline")
-            results = run_interleaved(workload, base, base, supervised=supervised, timeout_s=2 * timeout_s,
-                                      threads=threads, runner=runner, memory=False, probe=False)
+            results = _round(workload, base, interleave=interleave, supervised=supervised, runner=runner,
+                             timeout_s=timeout_s, threads=threads)
             refused = next((r.failure for r in results if (r.failure or "").startswith(INTERLEAVE_REFUSED)), None)
             if refused:
                 raise InputError(refused.split(": ", 1)[1])
@@ -223,6 +264,14 @@ def _run_rounds(workload: str, base: dict, rounds: int, *, supervised: bool, run
                 bar.set_postfix_str(f"failed: {(results[0].failure or results[1].failure or '')[:40]}")
             bar.update(1)
     return records
+
+
+def interleaving_text(summary: dict) -> str:
+    """How a calibration's rounds shared the machine, in words."""
+    return {"steps": "both arms' steps interleaved in one child per round",
+            "lockstep": "one child per arm and round, their steps alternated in lockstep",
+            "duet": "one child per arm and round, their steps run at once (duet)",
+            "attempts": "whole attempts, one child each"}[summary.get("interleave", "steps")]
 
 
 def effect_text(effect: float) -> str:
@@ -284,7 +333,8 @@ def _advice(summary: dict, chosen: dict, policy) -> str:
             else f"; {at} rounds are below the test's floor of {summary['test']['floor']}")
     threads = "" if summary["threads"] == "default" else f" --threads {summary['threads']}"
     return (f"to show {what} on {chosen['key']} (spread {chosen['spread']:.2%} per round), run compare --method paired "
-            f"--latency {latency} --interleave steps{mode}{threads} --rounds {needed} (or --rounds auto){tail}{hint}")
+            f"--latency {latency} --interleave {summary['interleave']}{mode}{threads} --rounds {needed} (or --rounds "
+            f"auto){tail}{hint}")
 
 
 def _note(summary: dict) -> str:
@@ -293,7 +343,7 @@ def _note(summary: dict) -> str:
     lines = [f"## Calibration of `{summary['workload']}`: {summary['complete_rounds']} of {summary['rounds_asked']} "
              "identical-arm rounds complete", "",
              f"- advice: {summary['advice']}", f"- test: {summary['test']['test']}",
-             "- spread: 1.4826 MAD of each round's log ratio of two identical arms (steps interleaved in one child)",
+             f"- spread: 1.4826 MAD of each round's log ratio of two identical arms ({interleaving_text(summary)})",
              "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"

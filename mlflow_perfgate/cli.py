@@ -981,7 +981,7 @@ def _rounds_option(text: str) -> int | str:
               help="A fixed condition of both arms; repeat for each (as compare's --set).")
 @_ALLOW_EMPTY
 @click.option("--rounds", type=click.IntRange(min=2), default=10, show_default=True,
-              help="Identical-arm rounds: one child each, both arms the same conditions, their steps interleaved.")
+              help="Identical-arm rounds, both arms the same conditions, run as --interleave says.")
 @click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True,
               help="Measured steps of each arm in a round (the condition steps; compare's --steps must match).")
 @click.option("--warmup", type=click.IntRange(min=0), default=None,
@@ -1000,6 +1000,11 @@ def _rounds_option(text: str) -> int | str:
                                        "for each; the first is the advice's [0.02, 0.05, 0.1].")
 @click.option("--latency", type=click.Choice(("raw", "p10", "fastest", "uncontended")), default="p10",
               show_default=True, help="The figure the advice is about (the table shows every figure).")
+@click.option("--interleave", type=click.Choice(("steps", "lockstep", "duet", "attempts")), default="steps",
+              show_default=True,
+              help="How the rounds share the machine, as the comparison will (compare --interleave): steps (both arms "
+                   "in one child), lockstep (one child per arm, as a comparison of revisions or pythons runs), duet, "
+                   "attempts. compare --rounds auto finds only a calibration of its own interleaving.")
 @click.option("--experiment", default=None, help="Experiment name (created if missing).")
 @run_options(timeout="Per-attempt wall-clock limit, seconds (a round's child gets twice this).",
              threads="torch threads in every round. [default: 1, as compare's]",
@@ -1009,7 +1014,7 @@ def _rounds_option(text: str) -> int | str:
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
 def calibrate(workload, sets, allow_empty, rounds, steps, warmup, mode, alpha, confidence, power, effects, latency,
-              experiment, timeout_s, threads, in_process, runner, output_format, no_progress):
+              interleave, experiment, timeout_s, threads, in_process, runner, output_format, no_progress):
     """Measure this machine's noise for a workload now: identical-arm rounds, the spread of each figure,
     the smallest effect the paired method detects and the rounds it needs; logs a calibration run,
     which compare --rounds auto reads.
@@ -1022,7 +1027,7 @@ def calibrate(workload, sets, allow_empty, rounds, steps, warmup, mode, alpha, c
                             confidence=confidence, power=power, effects=effects or DEFAULT_EFFECTS, latency=latency,
                             experiment_name=experiment, supervised=not in_process, runner=runner,
                             timeout_s=timeout_s, threads=threads, progress=not no_progress,
-                            parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None)
+                            parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None, interleave=interleave)
     if summary["failed_rounds"]:
         reasons = sorted({arm["failure"] for r in summary["rounds"] for arm in (r["baseline"], r["candidate"])
                           if arm["failure"]})
@@ -1031,14 +1036,14 @@ def calibrate(workload, sets, allow_empty, rounds, steps, warmup, mode, alpha, c
     if output_format == "json":
         click.echo(json.dumps(summary, indent=2, default=str))
         return
-    from mlflow_perfgate.calibrate import calibration_table
+    from mlflow_perfgate.calibrate import calibration_table, interleaving_text
 
     header, rows = calibration_table(summary)
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     line = lambda cells: "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()  # noqa: E731
     steps_text = summary["conditions"].get("steps", "?")
     click.echo(f"calibration of {workload}: {summary['complete_rounds']} of {rounds} identical-arm rounds complete, "
-               f"{steps_text} measured steps per arm, both arms' steps interleaved in one child per round")
+               f"{steps_text} measured steps per arm, {interleaving_text(summary)}")
     click.echo(f"test: {summary['test']['test']}")
     click.echo("spread: 1.4826 MAD of the rounds' log ratios of the two arms (sd: their standard deviation); "
                f"speedup at n: the smallest effect detected at n rounds with power {power:g}\n")

@@ -1456,31 +1456,35 @@ def compare_command(workload: str, plan: dict, attempts: int | None, experiment_
 CALIBRATION_FINGERPRINT = ("host", "cpu_model", "cpu_count", "python", "torch")
 
 
-def calibration_identity(workload: str, base: dict, threads: int | None) -> dict:
+def calibration_identity(workload: str, base: dict, threads: int | None, interleave: str = "steps") -> dict:
     """What a calibration is valid for, the same for ``calibrate`` and ``compare --rounds auto``.
 
     The workload, its conditions as the attempts' params hold them (canonical strings) but
-    ``repeats`` (a comparison's planned size), with ``warmup`` and ``steps`` as the attempts run
-    them (the workloads' defaults, 2 and 10, where not given), the torch threads asked for
-    (``default``: the caller's count), and this host's :data:`CALIBRATION_FINGERPRINT` and GPU.
+    ``repeats`` (a comparison's planned size) and ``revision`` (the code changes, the machine's
+    noise does not), with ``warmup`` and ``steps`` as the attempts run them (the workloads'
+    defaults, 2 and 10, where not given), the torch threads asked for (``default``: the caller's
+    count), this host's :data:`CALIBRATION_FINGERPRINT` and GPU, and the interleaving of its rounds
+    (named only when it is not ``steps``, so that calibrations made before it was are found).
     ``tracking._calibration.calibration_key`` is its digest.
     """
     from .tracking import canonical_value
     from .tracking._environment import fingerprint
     from .workloads._attempt import DEFAULT_STEPS, DEFAULT_WARMUP
 
-    conditions = {key: value for key, value in base.items() if key != "repeats"}
+    conditions = {key: value for key, value in base.items() if key not in ("repeats", "revision")}
     conditions.setdefault("warmup", DEFAULT_WARMUP)
     conditions.setdefault("steps", DEFAULT_STEPS)
     env = fingerprint({"gpu_name": _gpu_name(base)})
     return {"workload": workload,
             "conditions": {str(key): canonical_value(value, key=str(key)) for key, value in conditions.items()},
             "threads": "default" if threads is None else str(threads),
-            **{key: env[key] for key in (*CALIBRATION_FINGERPRINT, "gpu_name")}}
+            **{key: env[key] for key in (*CALIBRATION_FINGERPRINT, "gpu_name")},
+            **({} if interleave == "steps" else {"interleave": interleave})}
 
 
 def calibrate_command(workload: str, given: dict, base: dict, *, threads: int | None = None,
-                      experiment_name: str | None = None, latency: str | None = None) -> str:
+                      experiment_name: str | None = None, latency: str | None = None,
+                      interleave: str = "steps") -> str:
     """The exact ``mlflow-perfgate calibrate`` command whose calibration a comparison of ``base`` would find.
 
     ``given`` are the conditions the user gave (TinyLM fills in the rest as it does for the
@@ -1499,6 +1503,8 @@ def calibrate_command(workload: str, given: dict, base: dict, *, threads: int | 
         parts += ["--threads", str(threads)]
     if latency is not None:
         parts += ["--latency", latency]
+    if interleave != "steps":
+        parts += ["--interleave", interleave]
     if experiment_name:
         parts += ["--experiment", experiment_name]
     return shlex.join(parts)
@@ -1532,14 +1538,11 @@ def auto_rounds(workload: str, base: dict, policy: Any, *, interleave: str, thre
 
     if policy.method != "paired":
         raise InputError(f"--rounds auto plans the rounds of the paired method's test (a calibration measures the "
-                         f"within-round ratios only it judges), got method {policy.method!r}: pass --method paired "
-                         "--interleave steps, or give the rounds (--rounds N)")
-    if interleave != "steps":
-        raise InputError(f"--rounds auto plans from a calibration's step-interleaved rounds, got interleave "
-                         f"{interleave!r}: pass --interleave steps, or give the rounds (--rounds N)")
-    identity = calibration_identity(workload, base, threads)
+                         f"within-round ratios only it judges), got method {policy.method!r}: pass --method paired, "
+                         "or give the rounds (--rounds N)")
+    identity = calibration_identity(workload, base, threads, interleave)
     command = calibrate_command(workload, base if given is None else given, base, threads=threads,
-                                experiment_name=experiment_name, latency=policy.latency)
+                                experiment_name=experiment_name, latency=policy.latency, interleave=interleave)
     record = latest_calibration(identity, experiment_name=experiment_name)
     where = f"experiment {experiment_name!r}" if experiment_name else "the default experiment"
     if record is None:

@@ -38,14 +38,16 @@ Entry keys: ``name`` (required, unique), ``workload``, ``set`` (the fixed condit
 table of any registered threshold), ``attempts``, ``until_decisive``, ``max_attempts``,
 ``supervised``, ``timeout_s``, ``threads``, ``runner``, ``latency`` (``raw``, ``uncontended``,
 ``fastest``, ``p10``: the figure the rules judge), ``interleave`` (within the entry, as ``compare
---interleave``: ``attempts``, or ``steps``: one child a round holding both arms, their measured
-steps interleaved; not the ``[suite]`` key, which orders the entries), ``env_mismatch``.
+--interleave``: ``attempts``; ``steps``: one child a round holding both arms, their measured
+steps interleaved; ``lockstep``: one child per arm and round, their measured steps alternated;
+not the ``[suite]`` key, which orders the entries), ``env_mismatch``. An entry runs its arms here:
+``revision`` and ``python`` (a revision's worktree, another interpreter) are ``compare``'s.
 
 An entry that runs takes ``compare``'s defaults for what it leaves out (``harness.configure``):
 the paired method on ``p10``, steps interleaved, one thread, 10 rounds of 30 measured steps,
 falling back per entry where they do not apply (a memory or throughput entry: the seed method on
 ``raw``, 5 rounds of 10 steps, outside the error control; a change of device, warmup or steps:
-whole attempts interleaved); its comparison run's ``perfgate.configuration`` says which. A
+lockstep rounds, one child per arm); its comparison run's ``perfgate.configuration`` says which. A
 collected entry (``group``) is judged by the robust method on ``raw`` unless told otherwise.
 
 How entries share a machine (``interleave = "rounds"``, the default): the attempts of all the
@@ -98,7 +100,8 @@ class EntrySpec:
         attempts, until_decisive, max_attempts: how many attempts per arm.
         supervised, timeout_s, threads, runner: how each attempt runs.
         interleave: within the entry, as ``compare --interleave``: ``attempts`` (each attempt its
-            own child, in ABBA order) or ``steps`` (one child a round, both arms' steps interleaved).
+            own child, in ABBA order), ``steps`` (one child a round, both arms' steps interleaved) or
+            ``lockstep`` (one child per arm a round, their steps alternated).
         env_mismatch: ``evaluate_group``'s option.
     """
 
@@ -303,9 +306,15 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
     supervised = _typed(merged.get("supervised", True), bool, "supervised", where)
     threads = _typed(merged.get("threads"), int, "threads", where, minimum=1)
     interleave = merged.get("interleave")
-    if interleave is not None and interleave not in ("attempts", "steps"):
-        raise InputError(f"{where}: interleave must be one of ['attempts', 'steps'] (within the entry; the [suite] "
-                         f"key orders the entries), got {interleave!r}")
+    if interleave is not None and interleave not in ("attempts", "steps", "lockstep", "duet"):
+        raise InputError(f"{where}: interleave must be one of ['attempts', 'steps', 'lockstep', 'duet'] (within the "
+                         f"entry; the [suite] key orders the entries), got {interleave!r}")
+    placed = [key for key in ("revision", "python")
+              if key in merged["set"] or (isinstance(change, dict) and key in change)]
+    if placed:
+        raise InputError(f"{where}: a suite entry runs its arms here, and {placed[0]} places them elsewhere (a revision's "
+                         f"worktree, another interpreter): compare it on its own with mlflow-perfgate compare "
+                         f"--set {placed[0]}=... --change {placed[0]}=...")
     configuration = None
     if change is not None:  # an entry that runs: compare's defaults, per entry (harness.configure)
         from .harness import _base_conditions, configure
@@ -463,11 +472,14 @@ class _Runners:
         self._open: dict[tuple[str, str], Any] = {}
 
     def __call__(self, spec: EntrySpec):
-        from .workloads import attempt_runner
+        from .harness import LOCKSTEP_MODES
+        from .workloads import SiteRunner, attempt_runner
 
-        key = (spec.workload, spec.runner)
+        lockstep = spec.interleave in LOCKSTEP_MODES  # one child per arm: a runner per arm
+        key = (spec.workload, spec.runner, lockstep)
         if key not in self._open:
-            self._open[key] = attempt_runner(spec.runner, workload=spec.workload)
+            self._open[key] = SiteRunner(spec.runner, spec.workload, sites=(None, None)) if lockstep else \
+                attempt_runner(spec.runner, workload=spec.workload)
         return self._open[key]
 
     def close(self) -> None:
