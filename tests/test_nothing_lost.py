@@ -110,39 +110,63 @@ def test_the_journal_knows_one_server_under_two_spellings(proxied, monkeypatch):
 # 3. the CI recipe from two worktrees --------------------------------------------------------------
 
 def _docs_recipe() -> list[str]:
-    """The scripts of the recipe's record, gate and "faster?" steps, as docs/how-to/ci.md has them."""
+    """The scripts of the recipe's gate and "faster?" steps, as docs/how-to/ci.md has them."""
     from helpers import blocks, doc_section
 
     workflow, = blocks(doc_section("how-to/ci.md", "The workflow"), "yaml")
-    block = workflow.split("- name: Record interleaved rounds of base and head", 1)[1]
+    block = workflow
     scripts = []
-    for name in ("Record", "Gate", "Faster"):
-        if name != "Record":
-            block = block.split(f'- name: "{name}', 1)[1]
+    for name in ("Gate", "Faster"):
+        block = block.split(f'- name: "{name}', 1)[1]
         step = block.split("run:", 1)[1].split("      - ", 1)[0]
         step = step.split("|\n", 1)[1] if step.startswith(" |\n") else step.strip() + "\n"
         scripts.append(textwrap.dedent(step))
     return scripts
 
 
+_PROJECT_BENCH = """import os
+import time
+
+STEP_MS = {ms}
+
+
+class Bench:
+    def step(self):
+        if STEP_MS < 0:
+            os._exit(3)
+        end = time.perf_counter() + STEP_MS / 1e3
+        while time.perf_counter() < end:
+            pass
+
+    def quality(self):
+        return 1.0
+
+
+def make(conditions):
+    return Bench()
+"""
+
+
 def _two_commits(tmp_path) -> tuple[Path, str, str, dict]:
-    """A project whose head's bench.py is 20% faster than its base's, and the job's environment."""
+    """A project whose head's ``bench.py`` (its factory) steps 20% faster than its base's, and the job's
+    environment; a third commit, ``broken``, whose step exits the process."""
     repo = tmp_path / "work" / "project"
     repo.mkdir(parents=True)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
-    bench = "import json\nprint(json.dumps([{ms} + 0.01 * i for i in range(30)]))\n"  # 30 steps' times, ms
     subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
-    (repo / "bench.py").write_text(bench.format(ms=100.0))
-    subprocess.run([*git, "add", "."], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
-    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    (repo / "bench.py").write_text(bench.format(ms=80.0))
-    subprocess.run([*git, "commit", "-qam", "head: faster"], cwd=repo, check=True)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    shas = []
+    for ms, message in ((2.0, "base"), (1.6, "head: faster"), (-1, "broken: the step exits")):
+        (repo / "bench.py").write_text(_PROJECT_BENCH.format(ms=ms))
+        subprocess.run([*git, "add", "."], cwd=repo, check=True)
+        subprocess.run([*git, "commit", "-qm", message], cwd=repo, check=True)
+        shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                                   text=True).stdout.strip())
+    base, head, broken = shas
+    subprocess.run(["git", "checkout", "-q", head], cwd=repo, check=True)  # the job's checkout: the head
     bin_dir = Path(sys.executable).parent
     # the job's env, as the recipe sets it (GROUP, MLFLOW_TRACKING_URI) and GitHub gives it (the rest)
-    env = {**os.environ, "BASE": base, "HEAD": head, "GROUP": "pr-7-1", "GITHUB_WORKSPACE": str(repo),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{repo}/mlflow.db",
+    env = {**os.environ, "BASE": base, "HEAD": head, "BROKEN": broken, "GROUP": "pr-7-1",
+           "GITHUB_WORKSPACE": str(repo), "MLFLOW_TRACKING_URI": f"sqlite:///{repo}/mlflow.db",
            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
     return repo, base, head, env
 
@@ -155,20 +179,21 @@ def test_the_ci_recipe_runs_as_written_from_two_worktrees(tmp_path):
 
     workflow = yaml.safe_load(blocks(doc_section("how-to/ci.md", "The workflow"), "yaml")[0])
     steps = workflow["jobs"]["perf"]["steps"]
-    assert [step.get("name", step.get("uses", step.get("run"))) for step in steps][3:6] == [
-        "Record interleaved rounds of base and head", "Gate: not slower? (1 fails the job; 3, not decided, warns)",
+    assert [step.get("name", step.get("uses", step.get("run"))) for step in steps][3:5] == [
+        "Gate: not slower? (1 fails the job; 3, not decided, warns)",
         "Faster? (reported, never fails the job)"]  # the scripts run below are these steps'
     repo, base, head, env = _two_commits(tmp_path)
     bin_dir = Path(sys.executable).parent
-    record, gate_step, faster_step = _docs_recipe()
+    gate_step, faster_step = _docs_recipe()
     outputs = []
-    for script in (record, gate_step, faster_step):
+    for script in (gate_step, faster_step):
         completed = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=repo, env=env,
                                    capture_output=True, text=True, timeout=900)
         assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
         outputs.append(completed.stdout)
-    assert "## ACCEPT: the candidate is no slower" in outputs[1]  # not slower?
-    assert "## ACCEPT: the candidate is faster" in outputs[2]  # faster?
+    assert "## ACCEPT: the candidate is no slower" in outputs[0]  # not slower?
+    assert "lockstep" in outputs[0]  # both revisions' steps alternated, one child each
+    assert "## ACCEPT: the candidate is faster" in outputs[1]  # faster?
     gate = subprocess.run([str(bin_dir / "mlflow-perfgate"), "evaluate", "--group", "pr-7-1", "--method", "robust",
                            "--mode", "non_regression", "--margin", "0.05", "--format", "json"],
                           cwd=repo, env=env, capture_output=True, text=True, timeout=300)
@@ -176,12 +201,14 @@ def test_the_ci_recipe_runs_as_written_from_two_worktrees(tmp_path):
     assert gate.returncode == 0 and result["decision"] == "accept", gate.stderr
     assert result["changed_variable"] == "revision"
     assert result["baseline"]["attempted_runs"] == result["candidate"]["attempted_runs"] == 10
-    paired = [json.loads(line) for line in (repo / "attempts.jsonl").read_text().splitlines()]
-    assert sorted(item["pair"] for item in paired) == sorted(2 * list(range(10)))
     store = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    attempts = store.search_runs(["0"], "tags.`perfgate.kind` = 'attempt'", max_results=100)
+    assert sorted(int(run.data.tags["perfgate.pair"]) for run in attempts) == sorted(2 * list(range(10)))
+    assert {run.data.params["revision"] for run in attempts} == {base, head}
     decided = [run.data.tags for run in store.search_runs(["0"], "tags.`perfgate.kind` = 'decision'")]
     assert sorted((tags["perfgate.method"], tags["perfgate.mode"], tags["perfgate.latency"]) for tags in decided) == [
-        ("paired", "improvement", "p10"), ("paired", "non_regression", "p10"), ("robust", "non_regression", "raw")]
+        ("paired", "improvement", "p10"), ("paired", "non_regression", "p10"), ("robust", "non_regression", "p10")]
+    assert not any((repo / ".git" / "perfgate-worktrees").glob("*"))  # the worktrees made are gone
 
 
 @pytest.mark.slow
@@ -194,16 +221,18 @@ def test_the_readme_s_ten_line_ci_runs_as_written_from_two_worktrees(tmp_path):
                                timeout=900)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert "## ACCEPT: the candidate is no slower" in completed.stdout  # the gate passed: head is faster
-    lines = [json.loads(line) for line in (repo / "attempts.jsonl").read_text().splitlines()]
-    assert sorted(item["pair"] for item in lines) == sorted(2 * list(range(10)))
-    assert [line["arm"] for line in lines[:4]] == ["baseline", "candidate", "candidate", "baseline"]
-    # a failed bench.py is a failed attempt: the same block on a head whose bench crashes rejects
-    (repo / "../head/bench.py").write_text("raise SystemExit(3)\n")
-    completed = subprocess.run(["bash", "-c", block.replace("git worktree add ../base \"$BASE\" && "
-                                                            "git worktree add ../head \"$HEAD\" && ", "")],
-                               cwd=repo, env={**env, "GROUP": "pr-7-2"}, capture_output=True, text=True, timeout=900)
+    store = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    attempts = store.search_runs(["0"], "tags.`perfgate.kind` = 'attempt'", max_results=100)
+    assert sorted(int(run.data.tags["perfgate.pair"]) for run in attempts) == sorted(2 * list(range(10)))
+    # a step that exits its process is a failed attempt of its own revision: the same block on that head rejects
+    completed = subprocess.run(["bash", "-c", block], cwd=repo,
+                               env={**env, "GROUP": "pr-7-2", "HEAD": env["BROKEN"]}, capture_output=True, text=True,
+                               timeout=900)
     assert completed.returncode == 1, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert "bench.py exited 3" in (repo / "attempts.jsonl").read_text()
+    failed = store.search_runs(["0"], "tags.`perfgate.group` = 'pr-7-2' and tags.`perfgate.ok` = 'false'",
+                               max_results=100)
+    assert failed and {run.data.tags["perfgate.arm"] for run in failed} == {"candidate"}
+    assert all(run.data.tags["perfgate.failure"] == "exited with code 3" for run in failed)
 
 
 # 4. torn lines and a full disk --------------------------------------------------------------------
