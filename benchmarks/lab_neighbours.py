@@ -10,7 +10,11 @@ horizon or when this script is gone):
 - ``duty``: two duty-cycle spinners (50% on), periods half and twice the workload's step;
 - ``storm``: a storm of short-lived processes (``/bin/true``, about 100 a second);
 - ``drift``: a slow drift of load (a spinner whose duty ramps 0 -> 100% -> 0 over 40 s);
-- ``mix``: the memory-bandwidth hog beside a duty-cycle spinner whose period is the step's.
+- ``mix``: the memory-bandwidth hog beside a duty-cycle spinner whose period is the step's;
+- ``torchjob``: another PyTorch training job on two threads (an MLP's training steps);
+- ``disk``: an fsync-heavy writer (4 KiB appends, each fsynced) beside an irregular compressor
+  (zlib bursts and pauses of seeded random lengths);
+- ``square``: a square wave of load on both cores (two spinners, busy for 1 s of every 2, in phase).
 
 The workload is TinyLM plus fixed extra matrix products per step (``noise_lab_workload``); a
 true effect is a change of the extra work, sized from a quiet calibration so that the
@@ -62,6 +66,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("P
 
 WORKLOAD = "noise_lab_workload:make"
 KINDS = ("quiet", "membw", "duty", "storm", "drift", "mix")
+#: The kinds added for the lockstep lab (``lab_lockstep.py``): another PyTorch job, disk I/O, a square wave.
+MORE_KINDS = ("torchjob", "disk", "square")
 EFFECTS = (0.0, -0.07, -0.15, 0.07, 0.15)
 SIZES = (5, 10, 20)
 MIN_IMPROVEMENT = 0.05
@@ -71,7 +77,13 @@ CONFIGS = ("paired/raw", "paired/p10", "robust/raw", "seed/raw", "pyperf")
 _NEIGHBOUR = r"""
 import os, sys, time
 kind, horizon, parent = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-args = [float(a) for a in sys.argv[4:]]
+def number(text):
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+args = [number(a) for a in sys.argv[4:]]
 end = time.monotonic() + horizon
 
 def alive():
@@ -114,6 +126,55 @@ elif kind == "drift":
         duty = 1 - abs(2 * phase - 1)
         spin(0.02 * duty)
         time.sleep(0.02 * (1 - duty))
+elif kind == "torchjob":
+    # another PyTorch training job, on two threads: an MLP's forward, backward and optimizer step
+    import torch
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    batch = torch.randn(64, 512)
+    while alive():
+        loss = model(batch).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+elif kind == "disk":
+    # an fsync-heavy writer: 4 KiB appends, each fsynced, to a file of its own (folder given), rewound at 64 MiB
+    folder = sys.argv[4]
+    path = os.path.join(folder, f"disk-{os.getpid()}.bin")
+    block = os.urandom(4096)
+    with open(path, "wb") as handle:
+        written = 0
+        while alive():
+            handle.write(block)
+            handle.flush()
+            os.fsync(handle.fileno())
+            written += len(block)
+            if written >= 64 << 20:
+                handle.seek(0)
+                handle.truncate()
+                written = 0
+    os.unlink(path)
+elif kind == "compressor":
+    # an irregular compressor: zlib bursts of random length, pauses of random length (seeded)
+    import random, zlib
+    rng = random.Random(int(args[0]))
+    data = os.urandom(1 << 20)
+    while alive():
+        burst = time.monotonic() + rng.uniform(0.05, 0.5)
+        while time.monotonic() < burst:
+            zlib.compress(data, 6)
+        time.sleep(rng.uniform(0.02, 0.6))
+elif kind == "square":
+    # a square wave of load: busy for half of each period, idle for the other half, on the machine's clock
+    period = args[0]
+    while alive():
+        phase = (time.monotonic() % period) / period
+        if phase < 0.5:
+            spin((0.5 - phase) * period)
+        else:
+            time.sleep((1 - phase) * period)
 """
 
 
@@ -126,6 +187,9 @@ def neighbour_plan(kind: str, step_s: float) -> list[tuple]:
         "storm": [("storm", 100.0)],
         "drift": [("drift", 40.0)],
         "mix": [("membw",), ("duty", step_s, 0.5)],
+        "torchjob": [("torchjob",)],
+        "disk": [("disk", "FOLDER"), ("compressor", 7)],
+        "square": [("square", 2.0), ("square", 2.0)],
     }[kind]
 
 
@@ -138,9 +202,11 @@ class Neighbours:
 
     def __enter__(self) -> "Neighbours":
         self.logs = []
+        self.folder = tempfile.TemporaryDirectory(prefix="lab-neighbours-")  # what a neighbour writes (disk)
         for name, *arguments in self.plan:
             log = tempfile.TemporaryFile()
             self.logs.append(log)
+            arguments = [self.folder.name if argument == "FOLDER" else argument for argument in arguments]
             self.processes.append(subprocess.Popen(
                 [sys.executable, "-c", _NEIGHBOUR, name, str(self.horizon_s), str(os.getpid()),
                  *map(str, arguments)], stdout=subprocess.DEVNULL, stderr=log))
@@ -163,6 +229,7 @@ class Neighbours:
             process.wait(timeout=10)
         for log in self.logs:
             log.close()
+        self.folder.cleanup()
         self.processes, self.logs = [], []
 
 
@@ -174,7 +241,8 @@ def loadavg() -> float:
 def base_conditions(args) -> dict:
     from mlflow_perfgate.harness import DEFAULT_CONDITIONS
 
-    return {**DEFAULT_CONDITIONS, "input_shape": args.input_shape, "warmup": args.warmup, "steps": args.steps}
+    return {**DEFAULT_CONDITIONS, "input_shape": args.input_shape, "batch_size": int(args.input_shape.split(",")[0]),
+            "warmup": args.warmup, "steps": args.steps}
 
 
 def calibrate(args) -> dict:

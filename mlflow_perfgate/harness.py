@@ -1233,9 +1233,9 @@ def _runner_for(runner: Any, workload: str, supervised: bool, *, sites: Any = No
 
 
 @contextlib.contextmanager
-def _runner_scope(runner: Any, workload: str, supervised: bool):
+def _runner_scope(runner: Any, workload: str, supervised: bool, *, lockstep: bool = False):
     """:func:`_runner_for` as a ``with`` block: a runner the block made is closed when it ends."""
-    active, owned = _runner_for(runner, workload, supervised)
+    active, owned = _runner_for(runner, workload, supervised, lockstep=lockstep)
     try:
         yield active
     finally:
@@ -1748,7 +1748,7 @@ def pipeline(
     evidence_threads = RECOMMENDED["threads"] if threads is None else threads  # the comparison's default too
     # One runner for the diagnosis and the comparison: with fork, one warm server forks the
     # diagnosis's child and every attempt's, and it warms up while this process imports mlflow.
-    with _runner_scope(runner, workload, supervised) as active:
+    with _runner_scope(runner, workload, supervised, lockstep=interleave in LOCKSTEP_MODES) as active:
         _ready_store_while_warming(workload, active, timeout_s)  # a new store's tables, during the warm-up
         parent = os.environ.get("MLFLOW_RUN_ID") or None
         chosen_objective = evaluate_kwargs.pop("objective", None)

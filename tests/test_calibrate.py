@@ -181,9 +181,12 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
     (["compare", "--change", "checkpoint=true", "--rounds", "0"], "expected a positive integer or auto, got '0'"),
     (["compare", "--change", "checkpoint=true", "--rounds", "3", "--attempts", "3"], "give --rounds or --attempts"),
     (["compare", "--change", "checkpoint=true", "--rounds", "auto", "--method", "seed"],
-     "pass --method paired --interleave steps"),
+     "got method 'seed': pass --method paired, or give the rounds"),
+    # a calibration of its own interleaving: whole attempts' noise is not step-interleaved rounds'
     (["compare", "--change", "checkpoint=true", "--rounds", "auto", "--interleave", "attempts"],
-     "got interleave 'attempts': pass --interleave steps"),
+     "--latency p10 --interleave attempts` first"),
+    (["compare", "--change", "checkpoint=true", "--rounds", "auto", "--interleave", "lockstep"],
+     "--latency p10 --interleave lockstep` first"),
     # compare's defaults are what a calibration measures: the command to run names them, threads included
     (["compare", "--change", "checkpoint=true", "--rounds", "auto"],
      "run `mlflow-perfgate calibrate --workload tinylm --steps 30 --warmup 2 --threads 1 --latency p10` first"),

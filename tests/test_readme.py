@@ -184,17 +184,18 @@ _SHRINK = ["--set", "steps=2", "--set", "warmup=1", "--attempts", "2", "--min-va
 def test_the_attempts_page_s_commands_run_shrunk(sqlite_uri, capsys):
     block, = blocks(doc_section("explanation/attempts.md", "How attempts run"), "bash")
     commands = command_lines(block)
-    assert [c[0] for c in commands] == ["diagnose", "compare", "compare", "compare"]
+    assert [c[0] for c in commands] == ["diagnose", "compare", "compare", "compare", "compare"]
     for argv in commands:
         if argv[0] == "diagnose":
             code, out, err = run_cli(capsys, *argv, "--steps", "2", "--in-process")
             assert code == 0 and "plan" in out.lower(), err[-2000:]
             continue
         extra = ["--max-attempts", "3"] if "--until-decisive" in argv else []
-        code, out, err = run_cli(capsys, *argv, *_SHRINK, *extra)
+        shrink = [a for a in _SHRINK if a != "--in-process"] if "lockstep" in argv else _SHRINK  # children per arm
+        code, out, err = run_cli(capsys, *argv, *shrink, *extra)
         assert code in (0, 1, 3), (argv, err[-2000:])
         assert "decision run: " in out
-    assert len(pg.decisions()) == 3
+    assert len(pg.decisions()) == 4
 
 
 @pytest.mark.slow

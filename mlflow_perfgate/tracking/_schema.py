@@ -128,8 +128,10 @@ class TAG:
     COMPARISON = "perfgate.comparison"
     #: An attempt's ABBA round in its comparison (an int): the paired method pairs the arms by it.
     PAIR = "perfgate.pair"
-    #: On a comparison run: ``attempts`` (ABBA attempts, each in its own child) or ``steps`` (both
-    #: arms in one child per round, their measured steps interleaved).
+    #: On a comparison run: ``attempts`` (ABBA attempts, each in its own child), ``steps`` (both
+    #: arms in one child per round, their measured steps interleaved), ``lockstep`` (one child per
+    #: arm and round, their measured steps alternated by the comparison) or ``duet`` (the same
+    #: children, both arms' steps at once).
     INTERLEAVE = "perfgate.interleave"
     #: On a comparison run: how it was measured and judged, in words: the method and figure, the
     #: interleaving, threads, rounds and steps, which of them were the defaults, and why a value of
@@ -265,8 +267,8 @@ class METRIC:
     #: A successful attempt's nearest-rank P95 of ``step_time_ms``, written with the step times:
     #: its step tail, judged against ``maximum_p95_ratio``.
     STEP_P95 = "step_p95_ms"
-    #: History of a step-interleaved attempt: each measured step's position in its shared child's
-    #: sequence of both arms' steps (A B B A ...).
+    #: History of a step-interleaved or lockstep attempt: each measured step's position in its
+    #: round's sequence of both arms' steps (A B B A ...).
     STEP_ORDER = "step_order"
     #: A calibration run's rounds: asked for, complete (both arms succeeded), failed.
     ROUNDS = "rounds"

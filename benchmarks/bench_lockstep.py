@@ -1,0 +1,116 @@
+"""What a lockstep comparison costs, as users run it: the command, a fresh process each, on a quiet machine.
+
+Three comparisons of the same workload and the same change (TinyLM, activation checkpointing), each
+``mlflow-perfgate compare`` with its defaults otherwise (paired on p10, 10 rounds of 30 measured steps,
+one thread), on a fresh SQLite store, interleaved ABC over ``--repeats``:
+
+- ``steps``: ``compare --change checkpoint=true``: both arms in one child per round (the default);
+- ``lockstep``: the same with ``--interleave lockstep``: one child per arm and round, their steps
+  alternated by compare;
+- ``revision``: a git repository made here whose ``tlm.py`` builds TinyLM, its head with
+  checkpointing on: ``compare --workload tlm:make --set revision=<base> --change revision=<head>``
+  (lockstep by default; each revision's worktree made and removed by the command).
+
+For each: the wall time of the command (process start to exit), the measured step time its attempts
+hold (the sum over attempts of mean step x steps), and the efficiency, measured over wall. Targets
+(issue 40): a revision comparison within 2x the wall time of the in-process step-interleaved one;
+compare's efficiency at least 0.6 quiet (the step-interleaved default, and lockstep beside it).
+
+Usage: ``python benchmarks/bench_lockstep.py [--repeats 3]`` (about 3 minutes on two cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TLM = '''"""TinyLM, activation checkpointing as this revision has it."""
+from mlflow_perfgate.workloads.tinylm import make_workload
+
+CHECKPOINT = {checkpoint}
+
+
+def make(conditions):
+    return make_workload({{**conditions, "checkpoint": CHECKPOINT}})
+'''
+SETS = ["--set", "model=TinyLM", "--set", "input_shape=4,128", "--set", "batch_size=4", "--set", "dtype=fp32",
+        "--set", "device=cpu", "--set", "measurement_method=wall_median_step_ms"]
+
+
+def repository(folder: Path) -> tuple[Path, str, str]:
+    repo = folder / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=b", "-c", "user.email=b@b"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=repo, check=True)
+    shas = []
+    for checkpoint in (False, True):
+        (repo / "tlm.py").write_text(TLM.format(checkpoint=checkpoint))
+        subprocess.run([*git, "add", "tlm.py"], cwd=repo, check=True)
+        subprocess.run([*git, "commit", "-qm", f"checkpoint {checkpoint}"], cwd=repo, check=True)
+        shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                                   check=True).stdout.strip())
+    return repo, shas[0], shas[1]
+
+
+def run(name: str, folder: Path, repo: Path, base: str, head: str, index: int) -> dict:
+    cli = [sys.executable, "-m", "mlflow_perfgate", "compare", "--format", "json", "--no-progress",
+           "--group", f"{name}-{index}"]
+    if name == "revision":
+        command, cwd = [*cli, "--workload", "tlm:make", *SETS, "--set", f"revision={base}",
+                        "--change", f"revision={head}"], repo
+    else:
+        command = [*cli, "--change", "checkpoint=true", *(["--interleave", "lockstep"] if name == "lockstep" else [])]
+        cwd = folder
+    store = folder / f"{name}-{index}.db"
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store}"})
+    wall = time.monotonic() - started
+    result = json.loads(done.stdout)
+    measured = sum(a["step_mean_ms"] * 30 for a in result["attempts"] if a.get("step_mean_ms")) / 1e3
+    return {"wall": wall, "measured": measured, "decision": result["decision"],
+            "configuration": result.get("configuration", "")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with open("/proc/loadavg") as handle:
+        print(f"load before: {handle.read().split()[0]}")
+    with tempfile.TemporaryDirectory(prefix="bench-lockstep-") as tmp:
+        folder = Path(tmp)
+        repo, base, head = repository(folder)
+        rows: dict[str, list[dict]] = {"steps": [], "lockstep": [], "revision": []}
+        for index in range(args.repeats):
+            for name in rows:
+                row = run(name, folder, repo, base, head, index)
+                rows[name].append(row)
+                print(f"{name:9} #{index}: wall {row['wall']:.2f} s, measured {row['measured']:.2f} s, "
+                      f"efficiency {row['measured'] / row['wall']:.2f}, {row['decision']}", flush=True)
+    with open("/proc/loadavg") as handle:
+        print(f"load after: {handle.read().split()[0]}")
+    print("\n| comparison | wall s (median) | measured s | efficiency | wall / steps' wall |")
+    print("|---|---|---|---|---|")
+    steps_wall = statistics.median(r["wall"] for r in rows["steps"])
+    for name, found in rows.items():
+        wall = statistics.median(r["wall"] for r in found)
+        measured = statistics.median(r["measured"] for r in found)
+        efficiency = statistics.median(r["measured"] / r["wall"] for r in found)
+        print(f"| {name} | {wall:.2f} | {measured:.2f} | {efficiency:.2f} | {wall / steps_wall:.2f} |")
+    ratio = statistics.median(r["wall"] for r in rows["revision"]) / steps_wall
+    print(f"\nrevision / steps wall: {ratio:.2f} (target <= 2): {'ok' if ratio <= 2 else 'MISS'}")
+    for name in ("steps", "lockstep"):
+        efficiency = statistics.median(r["measured"] / r["wall"] for r in rows[name])
+        print(f"{name} efficiency: {efficiency:.2f} (target >= 0.6): {'ok' if efficiency >= 0.6 else 'MISS'}")
+
+
+if __name__ == "__main__":
+    main()
