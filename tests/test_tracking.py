@@ -196,6 +196,20 @@ def test_numpy_and_torch_values_are_read_as_the_numbers_they_hold(sqlite_uri):
                        latency_ms=100.0, quality=0.9)
 
 
+def test_a_library_float_condition_is_the_number_it_holds():
+    """numpy's float64 is a float whose repr is ``np.float64(0.1)``: as a param it is ``0.1``, the same as 0.1."""
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from mlflow_perfgate.tracking import canonical_value
+
+    for value in (np.float64(0.1), np.float32(0.5), pd.Series([0.1]).iloc[0], torch.tensor(0.5)):
+        assert canonical_value(value) == repr(float(value)), value
+    assert canonical_value(np.float64(0.1)) == canonical_value(0.1) == "0.1"
+    assert canonical_value(np.int64(3)) == canonical_value(3) == "3"
+
+
 def test_retried_write_is_counted_once(sqlite_uri):
     log_series("g-dup")
     pg.log_attempt("g-dup", "candidate", CANDIDATE, ok=False, failure="oom", attempt_id="a-1")

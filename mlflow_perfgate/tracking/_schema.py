@@ -389,11 +389,11 @@ def canonical_value(value: Any, *, key: str = "value") -> str:
     if value is None:
         return "none"
     if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
+        return str(int(value))
+    if isinstance(value, float):  # numpy's float64 is a float whose repr is np.float64(...): its number
         if not math.isfinite(value):
             raise InputError(f"condition {key!r} must be finite, got {value!r}")
-        return repr(value)
+        return repr(float(value))
     if isinstance(value, str):
         if value.strip().lower() in ("true", "false"):
             return value.strip().lower()

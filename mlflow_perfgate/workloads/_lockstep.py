@@ -279,6 +279,9 @@ class LockstepPair:
                 results.append(self._own(which, child.lead()))
             after = time.perf_counter() - self.opened
             return tuple(dataclasses.replace(result, after_gate_s=after) for result in results)
+        except BaseException:  # an interrupt, a runner's error: neither child may outlive the pair
+            self._end_children()
+            raise
         finally:
             self.done = True
             for child in self.children:
@@ -303,9 +306,13 @@ class LockstepPair:
         if self.done:
             return
         self.done = True
+        self._end_children()
+
+    def _end_children(self) -> None:
+        """Tell the children let through to quit, then end each (one that does not end at once is killed)."""
         try:
             for child in self.children:
-                if child.gate.opened_at is not None:
+                if not child.done and child.gate.opened_at is not None:
                     child.gate.send(QUIT)
         finally:
             for child in self.children:
