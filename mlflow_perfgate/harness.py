@@ -994,10 +994,14 @@ class _Comparison:
     def report(self, arm: str, started, result, bar) -> None:
         """An attempt's outcome written, checked (the change reached the factory, the quality gate can
         fail), reported to the caller and shown (``bar``: a progress bar, or ``None``)."""
-        result, estimate_from = self.memory.apply(arm, started, result)
-        placed = None if self.sites is None else self.sites.environment[arm]
-        if _finish(started, result, self.arms[arm], estimate_from, placed) is None:
-            self.deferred.append(started.attempt_id)
+        if result.withdrawn:  # the round's shared child died in the other arm's code: not this arm's failure
+            if started.withdraw(result.failure.removeprefix("withdrawn: ")) is None:
+                self.deferred.append(started.attempt_id)
+        else:
+            result, estimate_from = self.memory.apply(arm, started, result)
+            placed = None if self.sites is None else self.sites.environment[arm]
+            if _finish(started, result, self.arms[arm], estimate_from, placed) is None:
+                self.deferred.append(started.attempt_id)
         self.witness.see(arm, result)
         if not self.quality_seen and arm == "baseline" and result.ok:
             self.quality_seen = True

@@ -148,6 +148,10 @@ class AttemptResult:
         after_gate_s: for such an attempt, the runner's seconds from the gate's opening to the
             child's end: the round's share of the comparison's wall time (its fork, build and
             warm-up ran beside the parent's logging); ``None`` when it had no gate.
+        withdrawn: the attempt did not fail and was not measured whole: the round's shared child
+            died in the *other* arm's code (its factory, warm-up, step or tail), so this arm's
+            attempt is withdrawn (``failure`` says why; a comparison ends its run excluded, never
+            counted in a failure rate) while the other arm's fails with the child's end.
     """
 
     ok: bool
@@ -190,10 +194,13 @@ class AttemptResult:
     figures: dict = field(default_factory=dict)
     gate_wait_s: float | None = None
     after_gate_s: float | None = None
+    withdrawn: bool = False
 
     def __post_init__(self) -> None:
         if type(self.ok) is not bool:
             raise ValueError(f"ok must be a bool, got {self.ok!r}")
+        if type(self.withdrawn) is not bool or (self.withdrawn and self.ok):
+            raise ValueError(f"withdrawn must be a bool, and false for an ok attempt, got {self.withdrawn!r}")
         object.__setattr__(self, "step_times_ms", tuple(float(t) for t in self.step_times_ms))
         for name in _STEP_CONTENTION:
             values = getattr(self, name)

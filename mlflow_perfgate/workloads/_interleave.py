@@ -14,7 +14,9 @@ the kernel's contention figures (read around each step, when only that arm's ste
 failure of one arm (an exception or a non-finite loss in its step, a factory that refuses its
 conditions, a failing ``quality()``) fails that arm's attempt; the other arm goes on alone, its
 remaining steps back to back. A crash of the child (a signal, a timeout, an exit without
-results) fails both.
+results) fails the arm whose code was running (:class:`Progress` notes whose, before each
+factory, warm-up, measured step and tail) and withdraws the other's attempt
+(``AttemptResult.withdrawn``); both fail only where the child died before either arm began.
 
 Both arms must be able to live in one process: the same workload factory and the same device,
 and the same ``warmup`` and ``steps`` (the harness refuses a comparison whose changed variable is
@@ -30,6 +32,7 @@ the child can end is read by the runner's own code (:func:`pair_results` turns i
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -46,8 +49,8 @@ from ._wire import FormatError, read_json, write_json_atomic
 # torch and the modules that need it are imported in the child that runs the pair (the
 # functions before prepare_interleaved_spec); the runner's side imports no torch.
 
-__all__ = ["INTERLEAVED", "INTERLEAVE_REFUSED", "execute_interleaved", "pair_results", "prepare_interleaved_spec",
-           "run_interleaved_spec", "run_pair", "step_positions"]
+__all__ = ["INTERLEAVED", "INTERLEAVE_REFUSED", "Progress", "execute_interleaved", "pair_results",
+           "prepare_interleaved_spec", "read_progress", "run_interleaved_spec", "run_pair", "step_positions"]
 
 #: The spec ``kind`` of a step-interleaved child.
 INTERLEAVED = "interleaved"
@@ -56,6 +59,42 @@ INTERLEAVED = "interleaved"
 INTERLEAVE_REFUSED = "interleave_refused"
 #: What the memory record of a step-interleaved arm on CUDA says about its measured peak.
 _SHARED_PEAK_NOTE = "measured in a step-interleaved child: the CUDA peak is the process's, both arms' together"
+
+
+#: Where a shared child is, as :class:`Progress` writes it: the phase, then the arm (``a``: the leading one).
+_PHASES = {b"b": "factory", b"w": "warm-up", b"s": "measured step", b"t": "tail (quality, memory record, probe)"}
+
+
+class Progress:
+    """Where the shared child is, written before each arm's factory, warm-up, tail and each measured
+    step (two bytes at the start of a file, one ``pwrite``, outside every clock), so that the parent
+    can tell whose code was running when the child died (:func:`read_progress`)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600) if path else None
+
+    def at(self, phase: bytes, arm: int) -> None:
+        if self.fd is not None:
+            os.pwrite(self.fd, phase + (b"a" if arm == 0 else b"b"), 0)
+
+    def done(self) -> None:
+        if self.fd is not None:
+            os.pwrite(self.fd, b"--", 0)
+            os.close(self.fd)
+            self.fd = None
+
+
+def read_progress(path: str | None) -> tuple[str, int] | None:
+    """``(phase, arm)`` where a dead shared child last was (``arm`` 0 is the leading one), or ``None``
+    when it wrote nothing or had finished both arms."""
+    try:
+        with open(path, "rb") as handle:
+            record = handle.read(2)
+    except (OSError, TypeError):
+        return None
+    if len(record) != 2 or record[:1] not in _PHASES or record[1:] not in (b"a", b"b"):
+        return None
+    return _PHASES[record[:1]], 0 if record[1:] == b"a" else 1
 
 
 def step_positions(steps: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -107,7 +146,8 @@ class _Arm:
 def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: dict, *, warmup: int, steps: int,
                         threads: int | None, probe: bool,
                         timeout_s: float | None, memory: bool = True,
-                        measures: tuple[str, ...] = (), gate: str | None = None) -> tuple[AttemptResult, AttemptResult]:
+                        measures: tuple[str, ...] = (), gate: str | None = None,
+                        progress: str | None = None) -> tuple[AttemptResult, AttemptResult]:
     """Run one attempt of each arm here, their measured steps interleaved; every workload failure is data.
 
     Arm A (``conditions_a``) leads: it is built first, warms up first and takes the first measured
@@ -133,10 +173,12 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
     started = time.perf_counter()
     deadline = None if timeout_s is None else started + timeout_s
     arms = (_Arm(dict(conditions_a)), _Arm(dict(conditions_b)))
+    where = Progress(progress)  # whose code runs, should the child die in it
     with pinned_threads(threads) as torch_threads:
         initial = _globals.capture()
         try:
-            for arm in arms:
+            for index, arm in enumerate(arms):
+                where.at(b"b", index)
                 _globals.apply(initial)  # each factory starts from the process's state, not the other's
                 try:
                     arm.workload = make_workload(workload_name, arm.conditions)
@@ -164,8 +206,9 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                 if refusal:
                     for arm in arms:
                         arm.failure, arm.detail = f"{INTERLEAVE_REFUSED}: {refusal}", None
-            for arm in arms:
+            for index, arm in enumerate(arms):
                 if arm.alive:
+                    where.at(b"w", index)
                     _globals.apply(arm.state)
                     try:
                         time_steps(arm.workload.step, warmup, device=arm.device, phase="warmup", deadline=deadline,
@@ -178,14 +221,15 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                 _wait_at_gate(arms, gate)
                 if deadline is not None:  # the wait is the parent's, not the attempt's
                     deadline += arms[0].fields["gate_wait_s"]
-            _measure(arms, steps, deadline, timeout_s)
+            _measure(arms, steps, deadline, timeout_s, where)
             if gate is not None and any(arm.measured.times_ms for arm in arms):
                 from ._gate import tell_measured
                 from ._heap import keep_freed_memory
 
                 tell_measured(gate)  # the parent may now work beside this child's tail
                 keep_freed_memory()  # a child of a runner (it has a gate): it ends after its tail
-            for arm in arms:
+            for index, arm in enumerate(arms):
+                where.at(b"t", index)
                 _globals.apply(arm.state or initial)
                 _finish_arm(arm, workload_name, probe, memory, measures)
         finally:
@@ -195,6 +239,7 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                         arm.workload.close()
                     except Exception as error:  # noqa: BLE001
                         arm.fail(error)
+            where.done()
     wall_s = time.perf_counter() - started - (arms[0].fields.get("gate_wait_s") or 0.0)
     return tuple(_result(arm, workload_name, warmup, steps, torch_threads, wall_s) for arm in arms)
 
@@ -210,7 +255,8 @@ def _wait_at_gate(arms: tuple[_Arm, _Arm], gate: str) -> None:
             arm.failure, arm.detail = CANCELLED, None
 
 
-def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeout_s: float | None) -> None:
+def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeout_s: float | None,
+             where: Progress | None = None) -> None:
     """The measured steps, one at a time in the shared ABBA order; an arm that failed drops out."""
     from ._globals import apply
     from ._timing import time_steps
@@ -223,6 +269,8 @@ def _measure(arms: tuple[_Arm, _Arm], steps: int, deadline: float | None, timeou
             if not arm.alive:
                 continue
             apply(arm.state)  # this arm's threads, precision and flags, outside the clock
+            if where is not None:
+                where.at(b"s", 0 if which == "a" else 1)
             done = len(arm.measured.times_ms)
             try:
                 time_steps(arm.workload.step, 1, device=arm.device, deadline=deadline, into=arm.measured,
@@ -333,7 +381,8 @@ def run_interleaved_spec(spec: dict, result_path: str) -> int:
     results = execute_interleaved(spec["workload"], spec["conditions"], spec["other_conditions"],
                                   warmup=spec["warmup"], steps=spec["steps"], threads=spec["threads"],
                                   probe=spec["probe"], timeout_s=None, memory=spec.get("memory", True),
-                                  measures=tuple(spec.get("measures", ())), gate=spec.get("gate"))
+                                  measures=tuple(spec.get("measures", ())), gate=spec.get("gate"),
+                                  progress=spec.get("pair_progress"))
     write_json_atomic(spec["pair_result"], {"results": [result.to_dict() for result in results]})
     write_result(result_path, results[0])
     return 0
@@ -352,13 +401,16 @@ def _read_pair(path: str) -> tuple[list[dict] | None, str | None]:
 
 
 def pair_results(lead: AttemptResult, pair_path: str, conditions_a: dict,
-                 conditions_b: dict) -> tuple[AttemptResult, AttemptResult]:
+                 conditions_b: dict, progress_path: str | None = None) -> tuple[AttemptResult, AttemptResult]:
     """The two arms' results of a supervised step-interleaved child, from the runner's result of it.
 
     ``lead`` is what the runner made of the child's ending (its exit, a signal, a timeout, the
     server's death), as for any attempt. When the child exited 0 and left both results, each arm
-    gets its own, with the runner's view of the child (``wall_s``, ``exitcode``, ``runner``);
-    otherwise the child's ending is both arms' failure.
+    gets its own, with the runner's view of the child (``wall_s``, ``exitcode``, ``runner``).
+    Otherwise the child's ending is the failure of the arm whose code was running when it ended
+    (its factory, warm-up, a measured step or its tail: :class:`Progress`, at ``progress_path``),
+    and the other arm's attempt is withdrawn (``withdrawn``: it did not fail); where that is not
+    known (the child died before either arm began, or the runner's server died), both arms fail.
     """
     base = {"workload": lead.workload, "warmup": lead.warmup, "steps": lead.steps, "supervised": True,
             "wall_s": lead.wall_s, "exitcode": lead.exitcode, "runner": lead.runner}
@@ -374,8 +426,19 @@ def pair_results(lead: AttemptResult, pair_path: str, conditions_a: dict,
     detail = lead.failure_detail if not lead.ok else "the child wrote no interleaved results"
     if note:
         detail = f"{note}\n{detail or ''}"
-    return tuple(AttemptResult(ok=False, failure=failure, failure_detail=detail, torch_threads=lead.torch_threads,
-                               conditions=dict(conditions), **base) for conditions, _ in pairs)
+    where = None if failure.startswith("attempt server died") else read_progress(progress_path)
+    results = []
+    for conditions, index in pairs:
+        if where is None or where[1] == index:
+            said = detail if where is None else f"the round's shared child ended in this arm's {where[0]}\n{detail or ''}"
+            results.append(AttemptResult(ok=False, failure=failure, failure_detail=said,
+                                         torch_threads=lead.torch_threads, conditions=dict(conditions), **base))
+        else:
+            why = (f"withdrawn: the round's shared child ended ({failure}) in the other arm's {where[0]}; this arm's "
+                   "attempt did not fail")
+            results.append(AttemptResult(ok=False, failure=why, failure_detail=detail, withdrawn=True,
+                                         torch_threads=lead.torch_threads, conditions=dict(conditions), **base))
+    return tuple(results)
 
 
 def run_pair(run_spec: Callable[[dict, float], AttemptResult], workload_name: str, conditions_a: dict,
@@ -390,5 +453,6 @@ def run_pair(run_spec: Callable[[dict, float], AttemptResult], workload_name: st
                                     measures=measures)
     with tempfile.TemporaryDirectory(prefix="perfgate-interleaved-") as tmp:
         spec["pair_result"] = str(Path(tmp) / "pair.json")
+        spec["pair_progress"] = str(Path(tmp) / "progress")
         lead = run_spec(spec, float(timeout_s))
-        return pair_results(lead, spec["pair_result"], conditions_a, conditions_b)
+        return pair_results(lead, spec["pair_result"], conditions_a, conditions_b, spec["pair_progress"])

@@ -121,7 +121,8 @@ def run_interleaved(
         conditions_b: the other arm's.
         warmup, steps, threads, probe, memory, measures: as for :func:`run_attempt` (for both
             arms); ``warmup`` and ``steps`` must resolve to the same counts for both arms.
-        supervised: run in a child process of its own (a crash there fails both attempts);
+        supervised: run in a child process of its own (a crash there fails the arm whose code was
+            running and withdraws the other's attempt, ``AttemptResult.withdrawn``);
             ``False`` runs here.
         timeout_s: the wall-clock limit of the shared child (both arms: about twice one attempt).
         runner: as for :func:`run_attempt`: an ``AttemptRunner`` or a kind (``None`` is ``spawn``).

@@ -123,7 +123,8 @@ class AttemptRunner:
                         timeout_s: float = DEFAULT_TIMEOUT_S, memory: bool = True,
                         measures: tuple[str, ...] = ()) -> tuple[AttemptResult, AttemptResult]:
         """Run one attempt of each arm in one supervised child, their measured steps interleaved
-        (``_interleave``); the arguments are :func:`run_interleaved`'s. A crash of the child fails both.
+        (``_interleave``); the arguments are :func:`run_interleaved`'s. A crash of the child fails the
+        arm whose code was running and withdraws the other's attempt (``pair_results``).
 
         Raises:
             ValueError: bad arguments, as :func:`run_interleaved` says.
@@ -250,7 +251,8 @@ class SpawnRunner(AttemptRunner):
         spec = prepare_interleaved_spec(workload_name, conditions_a, conditions_b, warmup=warmup, steps=steps,
                                         threads=threads, timeout_s=timeout_s, probe=probe, supervised=True,
                                         import_workload=self.site is None, memory=memory, measures=measures)
-        return _GatedPair(self.begin_child(spec, float(timeout_s), ("pair_result",)), conditions_a, conditions_b)
+        return _GatedPair(self.begin_child(spec, float(timeout_s), ("pair_result", "pair_progress")), conditions_a,
+                          conditions_b)
 
     def begin_child(self, spec: dict, timeout_s: float, files: tuple[str, ...] = ()) -> "_GatedChild":
         """A child for ``spec`` begun now, gated (:class:`_GatedChild`): its interpreter starts at once."""
@@ -542,7 +544,7 @@ class _GatedPair(PendingPair):
             child.open()
             lead = child.lead()
             after = time.perf_counter() - child.opened
-            results = pair_results(lead, child.spec["pair_result"], *self.conditions)
+            results = pair_results(lead, child.spec["pair_result"], *self.conditions, child.spec["pair_progress"])
             return tuple(dataclasses.replace(result, after_gate_s=after) for result in results)
         finally:
             child.release()
@@ -806,7 +808,8 @@ class ForkRunner(AttemptRunner):
                                         threads=self.default_threads() if threads is None else threads,
                                         timeout_s=timeout_s, probe=probe, supervised=True, import_workload=False,
                                         memory=memory, measures=measures)
-        return _GatedPair(self.begin_child(spec, float(timeout_s), ("pair_result",)), conditions_a, conditions_b)
+        return _GatedPair(self.begin_child(spec, float(timeout_s), ("pair_result", "pair_progress")), conditions_a,
+                          conditions_b)
 
     def begin_child(self, spec: dict, timeout_s: float, files: tuple[str, ...] = ()) -> "_GatedChild":
         """A child for ``spec`` begun now, gated (:class:`_GatedChild`): the server forks it at once; the
