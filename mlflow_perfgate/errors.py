@@ -12,7 +12,8 @@ The tree (every class is also a ``ValueError``, so code written against the firs
           |    +-- FormatError      stored JSON (journal, child result, decision.json) of an unknown format
           +-- SingleVariableError   the arms do not differ in exactly one condition
           +-- EnvironmentMismatch   the arms ran in environments that differ beyond the changed variable
-          +-- WorkloadFailed        the workload crashed, hung or raised where no attempt records it (a diagnosis)
+          +-- WorkloadFailed        the workload crashed, hung or raised where no attempt records it (a diagnosis),
+          |                         or before a comparison's first round measured anything (its setup)
           +-- StoreError            the tracking store could not do what was asked
                +-- StoreRefused     it answered and refused (HTTP 401/403, a run that does not exist, ...)
                +-- StoreUnavailable it could not be reached (refused connection, timeout, 502/503)
@@ -94,10 +95,13 @@ class StoreUnavailable(StoreError, ConnectionError):
 
 
 class WorkloadFailed(PerfgateError):
-    """The workload crashed, hung, exited or raised where no attempt can record it as a failed attempt.
+    """The workload crashed, hung, exited or raised where no attempt can record it as a failed attempt,
+    or before a comparison could measure anything (its setup).
 
     A diagnosis's evidence collection, say: its run is left FAILED with the reason, and
-    ``run_id`` names it.
+    ``run_id`` names it. A comparison whose first round fails for a reason of its setup (the
+    workload's module or factory, or both arms at once) stops there: its comparison run is ended
+    KILLED saying why, and ``run_id`` names it; its attempts stay recorded, nothing is judged.
     """
 
     def __init__(self, message: str, run_id: str | None = None) -> None:

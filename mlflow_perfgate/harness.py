@@ -1075,7 +1075,8 @@ class _Comparison:
 
     def _report_round(self, order: tuple, started: list, results: tuple, bar) -> None:
         """A round's two attempts written and checked; a round that found both arms cannot share a
-        process stops the comparison (no round can be valid)."""
+        process stops the comparison (no round can be valid), and so does this call's first round
+        failed for a reason of its setup (:meth:`refuse_setup`)."""
         from .workloads._interleave import INTERLEAVE_REFUSED
 
         for arm, attempt, result in zip(order, started, results):
@@ -1083,7 +1084,35 @@ class _Comparison:
         refused = next((r.failure for r in results if (r.failure or "").startswith(INTERLEAVE_REFUSED)), None)
         if refused:
             raise InputError(refused.split(": ", 1)[1])
+        if not self.rounds_logged:
+            self.refuse_setup(dict(zip(order, results)))
         self.rounds_logged += 1
+
+    def refuse_setup(self, results: dict) -> None:
+        """This call's first round, both arms' results by arm: a setup error is not a performance verdict.
+
+        An arm whose workload could not be imported or built (its module raised, its factory raised,
+        refused a condition it cannot parse or returned no workload), or both arms failing at once,
+        stops the comparison here: nothing more runs and nothing is judged.
+
+        Raises:
+            WorkloadFailed: one line naming the arm and the cause.
+        """
+        from .errors import WorkloadFailed
+
+        failed = {arm: result for arm, result in results.items() if not result.ok and not result.withdrawn}
+        setup = [(arm, result) for arm, result in failed.items() if result.failed_in in ("import", "factory")]
+        if setup:
+            arm, result = setup[0]
+            what = "imported" if result.failed_in == "import" else "built"
+            raise WorkloadFailed(f"the {arm}'s workload could not be {what} ({result.failure}): a setup error, not a "
+                                 f"verdict; fix it and run again; the first round is recorded, nothing was judged",
+                                 run_id=self.comparison_id)
+        if len(failed) == 2:
+            said = "; ".join(f"{arm}: {result.failure}" for arm, result in failed.items())
+            raise WorkloadFailed(f"neither arm ran its first round ({said}): a setup error, not a verdict; fix it "
+                                 f"and run again; the first round is recorded, nothing was judged",
+                                 run_id=self.comparison_id)
 
     def run_block(self, order: list[str], bar) -> None:
         """Attempts in ``order`` (an ABBA block): whole attempts, or rounds of both arms with ``steps``."""
@@ -1093,6 +1122,7 @@ class _Comparison:
         if plan.interleave != "attempts":
             self.run_rounds(self.next_pair, len(order) // 2, bar)
         else:
+            first = {}  # this call's first pair, for refuse_setup
             for index, arm in enumerate(order):
                 started = self._start(arm, self.next_pair + index // 2)
                 result = run_attempt(plan.workload, self.arms[arm], supervised=plan.supervised,
@@ -1100,6 +1130,11 @@ class _Comparison:
                                      memory=self.memory.needed(arm), measures=plan.measures)
                 self.in_flight.clear()
                 self.report(arm, started, result, bar)
+                if not self.rounds_logged and index < 2:
+                    first[arm] = result
+                    if index == 1:
+                        self.refuse_setup(first)
+                        self.rounds_logged += 1
         self.next_pair += len(order) // 2
 
     def collect(self, bar) -> dict:

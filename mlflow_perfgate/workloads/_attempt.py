@@ -66,6 +66,8 @@ _STEP_CONTENTION = ("step_wait_ms", "step_wait_share", "step_cpu_ms", "step_nivc
 _CHILD_MODULE = "mlflow_perfgate.workloads._child"
 _CONTAIN_MODULE = "mlflow_perfgate._contain"
 _RUNNERS = (None, "fork", "spawn")
+#: Where a failed attempt can have failed (``AttemptResult.failed_in``); the first two are its setup's.
+FAILED_IN = (None, "import", "factory", "warmup", "step", "tail")
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,11 @@ class AttemptResult:
         after_gate_s: for such an attempt, the runner's seconds from the gate's opening to the
             child's end: the round's share of the comparison's wall time (its fork, build and
             warm-up ran beside the parent's logging); ``None`` when it had no gate.
+        failed_in: where a failed attempt failed, when known: ``import`` (the workload's module
+            raised while the child imported it), ``factory`` (the factory raised, refused a
+            condition or returned no workload), ``warmup``, ``step`` (a measured step), ``tail``
+            (quality, the memory record, the probe); ``None`` for an ok attempt or a child that
+            ended without saying (a signal or an exit outside a shared child's noted phases).
         withdrawn: the attempt did not fail and was not measured whole: the round's shared child
             died in the *other* arm's code (its factory, warm-up, step or tail), so this arm's
             attempt is withdrawn (``failure`` says why; a comparison ends its run excluded, never
@@ -195,12 +202,16 @@ class AttemptResult:
     gate_wait_s: float | None = None
     after_gate_s: float | None = None
     withdrawn: bool = False
+    failed_in: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.ok) is not bool:
             raise ValueError(f"ok must be a bool, got {self.ok!r}")
         if type(self.withdrawn) is not bool or (self.withdrawn and self.ok):
             raise ValueError(f"withdrawn must be a bool, and false for an ok attempt, got {self.withdrawn!r}")
+        if self.failed_in not in FAILED_IN or (self.failed_in is not None and self.ok):
+            raise ValueError(f"failed_in must be one of {list(FAILED_IN)}, and None for an ok attempt, "
+                             f"got {self.failed_in!r}")
         object.__setattr__(self, "step_times_ms", tuple(float(t) for t in self.step_times_ms))
         for name in _STEP_CONTENTION:
             values = getattr(self, name)
@@ -326,6 +337,7 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
     deadline = None if timeout_s is None else started + timeout_s
     fields: dict[str, Any] = {}
     failure = detail = None
+    phase = failed_in = "factory"  # where the attempt is: a failure's failed_in
     validity = None
     workload = None
     measured = TimedSteps()
@@ -338,8 +350,10 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
             device = device_of(workload)
             tokens = getattr(workload, "tokens_per_step", None)
             fields["tokens_per_step"] = int(tokens) if tokens else None
+            phase = "warmup"
             warm = time_steps(workload.step, warmup, device=device, phase="warmup", deadline=deadline)
             if warm.failure is None:
+                phase = "step"
                 with ContentionSampler(warn=False) as sampler:
                     time_steps(workload.step, steps, device=device, deadline=deadline, into=measured,
                                sampler=sampler)
@@ -350,6 +364,8 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
                 failure, detail = _timeout_reason(timeout_s), stopped.failure_detail
             elif stopped.failure == "non_finite_loss":
                 failure, detail = "non_finite_loss", stopped.failure_detail
+            failed_in = phase  # a loop that stopped early stopped in its own phase
+            phase = "tail"
             if failure is None:
                 fields["latency_ms"] = statistics.median(measured.times_ms)
                 quality = float(workload.quality())
@@ -392,6 +408,8 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
                 except Exception as error:  # noqa: BLE001
                     if failure is None:
                         failure, detail = _describe_exception(error), _tail(traceback.format_exc())
+            if failure == "non_finite_loss" or (failure or "").startswith("timeout after"):
+                phase = failed_in
             # Read while the pin holds: a workload that changed the count changed it here.
             fields.update(measured_threads(measured.threads, requested_threads, torch.get_num_threads()))
     # The steps completed before any failure, with their contention figures, are the result's
@@ -406,6 +424,7 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
         ok=failure is None,
         failure=failure,
         failure_detail=detail,
+        failed_in=None if failure is None else phase,
         validity=validity,
         wall_s=time.perf_counter() - started,
         workload=workload_name,
@@ -420,6 +439,7 @@ def execute_in_process(workload_name: str, conditions: dict, *, warmup: int, ste
 def failed_before_start(spec: dict, error: BaseException) -> AttemptResult:
     """The result of an attempt whose workload module raised while a child imported it (call in ``except``)."""
     return AttemptResult(ok=False, failure=describe_failure(error), failure_detail=_tail(traceback.format_exc()),
+                         failed_in="import",
                          torch_threads=spec["threads"], threads_requested=spec["threads"], workload=spec["workload"],
                          conditions=dict(spec["conditions"]), warmup=spec["warmup"], steps=spec["steps"])
 

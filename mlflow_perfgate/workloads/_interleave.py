@@ -63,6 +63,9 @@ _SHARED_PEAK_NOTE = "measured in a step-interleaved child: the CUDA peak is the 
 
 #: Where a shared child is, as :class:`Progress` writes it: the phase, then the arm (``a``: the leading one).
 _PHASES = {b"b": "factory", b"w": "warm-up", b"s": "measured step", b"t": "tail (quality, memory record, probe)"}
+#: Each of those as ``AttemptResult.failed_in``.
+_FAILED_IN = {"factory": "factory", "warm-up": "warmup", "measured step": "step",
+              "tail (quality, memory record, probe)": "tail"}
 
 
 class Progress:
@@ -118,7 +121,11 @@ class _Arm:
         self.conditions = conditions
         self.workload: Any = None
         self.device = None
-        self.failure: str | None = None
+        #: Where the arm is: ``factory``, ``warmup``, ``step`` (measured) or ``tail``; a failure's
+        #: ``failed_in`` is the phase it came in.
+        self.phase = "factory"
+        self.failed_in: str | None = None
+        self._failure: str | None = None
         self.detail: str | None = None
         self.warm = TimedSteps()
         self.measured = TimedSteps()
@@ -126,6 +133,16 @@ class _Arm:
         self.fields: dict[str, Any] = {}
         self.validity: dict | None = None
         self.state: dict[str, Any] = {}  # the process-global torch state after its factory (_globals)
+
+    @property
+    def failure(self) -> str | None:
+        return self._failure
+
+    @failure.setter
+    def failure(self, value: str | None) -> None:
+        if value is not None and self._failure is None:
+            self.failed_in = self.phase
+        self._failure = value
 
     @property
     def alive(self) -> bool:
@@ -207,6 +224,7 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                     for arm in arms:
                         arm.failure, arm.detail = f"{INTERLEAVE_REFUSED}: {refusal}", None
             for index, arm in enumerate(arms):
+                arm.phase = "warmup"
                 if arm.alive:
                     where.at(b"w", index)
                     _globals.apply(arm.state)
@@ -221,6 +239,8 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                 _wait_at_gate(arms, gate)
                 if deadline is not None:  # the wait is the parent's, not the attempt's
                     deadline += arms[0].fields["gate_wait_s"]
+            for arm in arms:
+                arm.phase = "step"
             _measure(arms, steps, deadline, timeout_s, where)
             if gate is not None and any(arm.measured.times_ms for arm in arms):
                 from ._gate import tell_measured
@@ -229,6 +249,7 @@ def execute_interleaved(workload_name: str, conditions_a: dict, conditions_b: di
                 tell_measured(gate)  # the parent may now work beside this child's tail
                 keep_freed_memory()  # a child of a runner (it has a gate): it ends after its tail
             for index, arm in enumerate(arms):
+                arm.phase = "tail"
                 where.at(b"t", index)
                 _globals.apply(arm.state or initial)
                 _finish_arm(arm, workload_name, probe, memory, measures)
@@ -346,6 +367,7 @@ def _result(arm: _Arm, workload_name: str, warmup: int, steps: int, torch_thread
     state = {key: list(value) if isinstance(value, tuple) else value for key, value in arm.state.items()
              if not key.startswith("env:")} or None
     return AttemptResult(ok=arm.failure is None, failure=arm.failure, failure_detail=arm.detail,
+                         failed_in=arm.failed_in if arm.failure is not None else None,
                          validity=arm.validity, wall_s=wall_s, workload=workload_name, torch_state=state,
                          conditions=dict(arm.conditions), warmup=warmup, steps=steps, supervised=False, **fields)
 
@@ -432,6 +454,7 @@ def pair_results(lead: AttemptResult, pair_path: str, conditions_a: dict,
         if where is None or where[1] == index:
             said = detail if where is None else f"the round's shared child ended in this arm's {where[0]}\n{detail or ''}"
             results.append(AttemptResult(ok=False, failure=failure, failure_detail=said,
+                                         failed_in=None if where is None else _FAILED_IN[where[0]],
                                          torch_threads=lead.torch_threads, conditions=dict(conditions), **base))
         else:
             why = (f"withdrawn: the round's shared child ended ({failure}) in the other arm's {where[0]}; this arm's "

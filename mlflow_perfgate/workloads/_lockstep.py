@@ -100,6 +100,7 @@ def execute_lockstep_arm(workload_name: str, conditions: dict, *, warmup: int, s
                     arm.failure, arm.detail = f"invalid_conditions: {error}", tail(traceback.format_exc())
                 except Exception as error:  # noqa: BLE001 - the arm's failure, answered to the parent
                     arm.fail(error)
+                arm.phase = "warmup"
                 if arm.alive:
                     try:
                         time_steps(arm.workload.step, warmup, device=arm.device, phase="warmup", into=arm.warm)
@@ -111,6 +112,7 @@ def execute_lockstep_arm(workload_name: str, conditions: dict, *, warmup: int, s
                 arm.fields["gate_wait_s"] = waited
                 if not go:
                     return None
+                arm.phase = "step"
                 command = _measure(arm, commands, steps, ContentionSampler, time_steps)
                 if command == QUIT:
                     return None
@@ -118,6 +120,7 @@ def execute_lockstep_arm(workload_name: str, conditions: dict, *, warmup: int, s
                     from ._heap import keep_freed_memory
 
                     keep_freed_memory()  # the child ends after its tail
+                arm.phase = "tail"
                 _finish_arm(arm, workload_name, probe, memory, measures, shared_process=False)
                 arm.fields["step_order"] = None  # the parent's to give: it knows the shared sequence
             finally:

@@ -4,7 +4,8 @@
 or, from step ``fail_at`` on (counting warm-up steps), ``kill`` (SIGKILL to its own process),
 ``segv`` (a null read), ``exit`` (``os._exit(3)``), ``hang`` (sleeps ``sleep_s``), ``raise`` (an
 exception), ``garble`` (writes junk into every pipe it holds open for writing, as a workload that
-leaves the lockstep protocol would, then steps normally). Standard library only.
+leaves the lockstep protocol would, then steps normally). ``build`` and ``width`` make a factory
+that fails (``make``'s docstring). Standard library only.
 """
 
 from __future__ import annotations
@@ -63,5 +64,10 @@ class _Stepper:
         return 0.5
 
 
-def make(conditions: dict) -> _Stepper:
+def make(conditions: dict) -> _Stepper | None:
+    """``build=none``: the factory returns no workload; ``width``: an integer the factory parses (``eight``
+    is refused as a condition it cannot read, a ``ValueError``)."""
+    int(conditions.get("width", 1))
+    if conditions.get("build") == "none":
+        return None
     return _Stepper(conditions)

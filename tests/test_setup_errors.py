@@ -1,0 +1,63 @@
+"""Setup errors are setup errors: a first round that fails for a reason of its setup (a factory that returns
+no workload, a condition it cannot parse, both arms failing at once) stops the comparison there, exit 2, one
+line naming the arm and the cause, nothing judged; a workload that fails in its measured steps is still judged.
+Real children and a real store; nothing is mocked."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mlflow_perfgate.cli import main
+from mlflow_perfgate.tracking import TAG
+
+HOSTILE = "tests.workloads_fixtures.lockstep_hostile:make"
+SETS = ["--set=model=m", "--set=input_shape=1,1", "--set=batch_size=1", "--set=dtype=fp32", "--set=device=cpu",
+        "--set=measurement_method=wall_ms", "--set=warmup=1", "--set=steps=4", "--set=step_ms=0.5",
+        "--set=build=ok", "--set=width=1", "--set=mode=fine", "--set=fail_at=2"]
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def runs(kind: str) -> list:
+    return MlflowClient().search_runs(["0"], f"tags.\"{TAG.KIND}\" = '{kind}'", max_results=100)
+
+
+@pytest.mark.parametrize("interleave", ["steps", "lockstep", "attempts"])
+@pytest.mark.parametrize("change, said", [
+    ("build=none", "the candidate's workload could not be built (exception: TypeError: workload"),
+    ("width=eight", "the candidate's workload could not be built (invalid_conditions: invalid literal"),
+    ("mode=raise", None),  # the candidate's measured steps raise (from its third call): its measured behaviour
+])
+def test_a_first_round_that_fails_in_its_setup_stops_with_exit_2_naming_the_arm(sqlite_uri, capsys, interleave,
+                                                                                change, said):
+    code, out, err = run_cli(capsys, "compare", "--workload", HOSTILE, *SETS, "--change", change,
+                             "--attempts", "6", "--interleave", interleave, "--no-progress", "--allow-undecidable")
+    if said is None:  # a candidate whose step raises is the workload's measured behaviour: judged, rejected
+        assert code == 1, err
+        assert len(runs("decision")) == 1
+        return
+    assert code == 2, (out, err)
+    line, = err.strip().splitlines()
+    assert said in line and line.endswith("nothing was judged"), line
+    assert runs("decision") == []
+    attempts = runs("attempt")
+    assert len(attempts) == 2  # the first round, recorded; no other round ran
+    comparison, = MlflowClient().search_runs(["0"], f"tags.\"{TAG.COMPARISON}\" = 'true'")
+    assert comparison.info.status == "KILLED"
+
+
+@pytest.mark.parametrize("interleave", ["steps", "lockstep"])
+def test_both_arms_failing_their_first_round_stops_it(sqlite_uri, capsys, interleave):
+    code, out, err = run_cli(capsys, "compare", "--workload", HOSTILE, *[s for s in SETS if "mode=" not in s and "fail_at=" not in s],
+                             "--set=mode=raise", "--set=fail_at=1", "--change", "step_ms=0.6", "--attempts", "6",
+                             "--interleave", interleave, "--no-progress", "--allow-undecidable")
+    assert code == 2, (out, err)
+    line, = err.strip().splitlines()
+    assert line.startswith("Error: neither arm ran its first round (") and "RuntimeError" in line, line
+    assert runs("decision") == [] and len(runs("attempt")) == 2
