@@ -93,12 +93,18 @@ def test_compare_runs_its_attempts_through_one_warm_server_closed_at_the_end(sql
 @pytest.mark.slow
 @pytest.mark.skipif(not pg_workloads.fork_available(), reason="the fork runner needs os.fork on Linux")
 def test_a_workload_whose_import_crashes_is_failed_attempts_not_a_dead_comparison(sqlite_uri, monkeypatch):
+    """The attempts record the crash (the comparison goes on to its first round's end); both arms failing
+    there is a setup error, not a verdict: exit 2 naming both, nothing judged."""
+    from mlflow_perfgate.errors import WorkloadFailed
+
     monkeypatch.setenv("PERFGATE_HOSTILE_IMPORT", "1")
-    result = compare("tests.workloads_fixtures.crash_on_import:make", {**FIXED, "fail_at": 0}, {"fail_at": 1}, attempts=1,
-                     progress=False, timeout_s=60, runner="fork", min_valid_runs=1, **SPEC)
-    assert (result["decision"], result["reason"]) == ("rerun", "insufficient_valid_runs")
-    for arm in ("baseline", "candidate"):
-        assert result[arm]["failure_reasons"] == ["killed by signal SIGSEGV"]
+    with pytest.raises(WorkloadFailed, match=r"neither arm ran its first round \(baseline: killed by signal SIGSEGV; "
+                                             r"candidate: killed by signal SIGSEGV\)"):
+        compare("tests.workloads_fixtures.crash_on_import:make", {**FIXED, "fail_at": 0}, {"fail_at": 1}, attempts=1,
+                progress=False, timeout_s=60, runner="fork", min_valid_runs=1, **SPEC)
+    attempts = MlflowClient().search_runs(["0"], f"tags.\"{TAG.KIND}\" = 'attempt'")
+    assert sorted(run.data.tags[TAG.FAILURE] for run in attempts) == ["killed by signal SIGSEGV"] * 2
+    assert pg.decisions().empty
 
 
 def test_compare_refuses_a_non_single_change(sqlite_uri):

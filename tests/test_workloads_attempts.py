@@ -399,11 +399,13 @@ def test_a_failing_arm_fails_only_its_own_attempt(runner):
     assert lead.failure.startswith("invalid_conditions: flavour must be one of") and other.failure == lead.failure
 
 
-def test_a_crash_of_the_shared_child_fails_both(runner):
+def test_a_crash_of_the_shared_child_fails_the_arm_that_crashed_it_and_withdraws_the_other(runner):
     lead, other = workloads.run_interleaved(f"{HOSTILE}:killer", {"fail_at": 1000}, {"fail_at": 1}, warmup=0,
                                             steps=3, timeout_s=60, runner=runner)
-    for result in (lead, other):
-        assert result.failure == "killed by signal SIGKILL" and result.exitcode == -9 and result.supervised
+    assert other.failure == "killed by signal SIGKILL" and other.exitcode == -9 and other.supervised
+    assert other.failed_in == "step" and not other.withdrawn
+    assert lead.withdrawn and lead.failure.startswith("withdrawn: the round's shared child ended (killed by signal "
+                                                      "SIGKILL) in the other arm's measured step")
     assert lead.conditions == {"fail_at": 1000} and other.conditions == {"fail_at": 1}
 
 
