@@ -19,6 +19,8 @@ EXIT_CODES = {"accept": 0, "reject": 1, "rerun": 3, "blocked_by_correctness": 4}
 EXIT_USAGE = 2
 #: A comparison stopped by SIGTERM (a cancelled CI job): 128 + 15, as a shell reports it.
 EXIT_TERMINATED = 143
+#: A command stopped by Ctrl-C (SIGINT): 128 + 2, as a shell reports it (never 2, a usage error's code).
+EXIT_INTERRUPTED = 130
 _DEBUG_ENV = "MLFLOW_PERFGATE_DEBUG"
 
 
@@ -1372,7 +1374,11 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="mlflow-perfgate", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click's word for Ctrl-C
+            click.echo("Error: interrupted (Ctrl-C): a running attempt was ended and its comparison run marked KILLED",
+                       err=True)
+            sys.exit(EXIT_INTERRUPTED)
         _fail("aborted")
     except click.ClickException as exc:
         _fail(exc.format_message().replace("\n", " "))

@@ -570,44 +570,57 @@ class Terminated(BaseException):
 
 @contextlib.contextmanager
 def _terminate_as_exception():
-    """Turn SIGTERM into :class:`Terminated` for the block (main thread only), so the running child is
-    killed and the comparison ended KILLED with the reason instead of the process vanishing."""
+    """Turn SIGTERM into :class:`Terminated`, and Ctrl-C (SIGINT) into ``KeyboardInterrupt``, for the block
+    (main thread only), held while a run is created or written (:func:`_signal_held`), so the running
+    child is killed and every run the comparison holds is ended KILLED with the reason instead of the
+    process vanishing or a run being left half-written. SIGINT is taken only where Python's own
+    handler has it (a background job that ignores it keeps ignoring it)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        reason = f"terminated by {signal.Signals(signum).name}"
-        if _HELD["depth"]:  # a run is being created: raised once it is, and its id kept
-            _HELD["pending"] = reason
+        if _HELD["depth"]:  # a run is being created or written: raised once it is, and its id kept
+            _HELD["pending"] = _HELD["pending"] or signum
             return
-        raise Terminated(reason)
+        raise _stop_for(signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, handler)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, before in previous.items():
+            signal.signal(signum, before)
         _HELD["pending"] = None
 
 
-#: :func:`_terminate_as_exception`'s handler holds SIGTERM while ``depth`` > 0 (see :func:`_signal_held`).
+def _stop_for(signum: int) -> BaseException:
+    """What a stopping signal raises: ``KeyboardInterrupt`` for Ctrl-C, :class:`Terminated` otherwise."""
+    if signum == signal.SIGINT:
+        return KeyboardInterrupt()
+    return Terminated(f"terminated by {signal.Signals(signum).name}")
+
+
+#: :func:`_terminate_as_exception`'s handler holds SIGTERM and SIGINT while ``depth`` > 0 (see :func:`_signal_held`).
 _HELD: dict[str, Any] = {"depth": 0, "pending": None}
 
 
 @contextlib.contextmanager
 def _signal_held():
-    """SIGTERM that reaches the block is raised as :class:`Terminated` when the block ends, not inside it:
-    a run created in it is created whole and its id kept, so the stop that follows can end it (a
-    SIGTERM inside MLflow's create_run would leave a RUNNING run whose id nobody holds)."""
+    """A stopping signal that reaches the block is raised when the block ends, not inside it (SIGTERM as
+    :class:`Terminated`, Ctrl-C as ``KeyboardInterrupt``): a run created or written in it is whole
+    and its id kept, so the stop that follows can end it (a signal inside MLflow's create_run would
+    leave a RUNNING run whose id nobody holds; one inside an outcome's write, half an outcome)."""
     _HELD["depth"] += 1
     try:
         yield
     finally:
         _HELD["depth"] -= 1
     if not _HELD["depth"] and _HELD["pending"]:
-        reason, _HELD["pending"] = _HELD["pending"], None
-        raise Terminated(reason)
+        signum, _HELD["pending"] = _HELD["pending"], None
+        raise _stop_for(signum)
 
 
 def compare(
@@ -844,6 +857,8 @@ class _Comparison:
         self.on_attempt = plan.on_attempt
         self.comparison_id: str | None = None
         self.sites = None  # where each arm runs, when not here (``sites.ArmSites``)
+        #: a round (or attempt) measured but not yet written: ``(arms, started runs, results)``
+        self.unreported: tuple | None = None
 
     def attach(self, *, group: str, held: dict, runner: Any, who: str) -> None:
         """Open a comparison whose refusals were made elsewhere (a suite's entry: its comparison run
@@ -977,10 +992,11 @@ class _Comparison:
         from .tracking import start_attempt
 
         placed = {} if self.sites is None else self.sites.environment[arm]  # its interpreter's, its revision
-        started = start_attempt(self.group, arm, self.arms[arm], experiment_name=self.plan.experiment_name,
-                                parent_run_id=self.comparison_id, pair=pair,
-                                environment={"gpu_name": _gpu_name(self.arms[arm]), **placed})
-        (self.ahead.setdefault(pair, []) if ahead else self.in_flight).append(started)
+        with _signal_held():  # the run and its id in in_flight (or ahead) together: a stop then ends it
+            started = start_attempt(self.group, arm, self.arms[arm], experiment_name=self.plan.experiment_name,
+                                    parent_run_id=self.comparison_id, pair=pair,
+                                    environment={"gpu_name": _gpu_name(self.arms[arm]), **placed})
+            (self.ahead.setdefault(pair, []) if ahead else self.in_flight).append(started)
         return started
 
     def _started(self, order: tuple, pair: int) -> list:
@@ -994,14 +1010,7 @@ class _Comparison:
     def report(self, arm: str, started, result, bar) -> None:
         """An attempt's outcome written, checked (the change reached the factory, the quality gate can
         fail), reported to the caller and shown (``bar``: a progress bar, or ``None``)."""
-        if result.withdrawn:  # the round's shared child died in the other arm's code: not this arm's failure
-            if started.withdraw(result.failure.removeprefix("withdrawn: ")) is None:
-                self.deferred.append(started.attempt_id)
-        else:
-            result, estimate_from = self.memory.apply(arm, started, result)
-            placed = None if self.sites is None else self.sites.environment[arm]
-            if _finish(started, result, self.arms[arm], estimate_from, placed) is None:
-                self.deferred.append(started.attempt_id)
+        result = self._write_outcome(arm, started, result)
         self.witness.see(arm, result)
         if not self.quality_seen and arm == "baseline" and result.ok:
             self.quality_seen = True
@@ -1012,6 +1021,22 @@ class _Comparison:
             return
         bar.set_postfix_str(f"{arm} {'%.3g ms' % result.latency_ms if result.ok else result.failure[:40]}")
         bar.update(1)
+
+    def _write_outcome(self, arm: str, started, result):
+        """An attempt's outcome written whole (a stopping signal held meanwhile), its run out of
+        ``in_flight``; the result as written (with the arm's memory estimate carried)."""
+        with _signal_held():
+            if result.withdrawn:  # the round's shared child died in the other arm's code: not this arm's failure
+                if started.withdraw(result.failure.removeprefix("withdrawn: ")) is None:
+                    self.deferred.append(started.attempt_id)
+            else:
+                result, estimate_from = self.memory.apply(arm, started, result)
+                placed = None if self.sites is None else self.sites.environment[arm]
+                if _finish(started, result, self.arms[arm], estimate_from, placed) is None:
+                    self.deferred.append(started.attempt_id)
+            if started in self.in_flight:
+                self.in_flight.remove(started)
+        return result
 
     def run_rounds(self, first_pair: int, count: int, bar) -> None:
         """``count`` rounds, one child each, both arms, their steps interleaved; the leading arm
@@ -1070,7 +1095,7 @@ class _Comparison:
             except BaseException:  # a child not let through ends without measuring
                 pending.cancel()
                 raise
-        self.in_flight.clear()
+        self.unreported = (order, started, results)  # measured: written by the next round, or by stop()
         return order, started, results
 
     def _report_round(self, order: tuple, started: list, results: tuple, bar) -> None:
@@ -1081,6 +1106,7 @@ class _Comparison:
 
         for arm, attempt, result in zip(order, started, results):
             self.report(arm, attempt, result, bar)
+        self.unreported = None
         refused = next((r.failure for r in results if (r.failure or "").startswith(INTERLEAVE_REFUSED)), None)
         if refused:
             raise InputError(refused.split(": ", 1)[1])
@@ -1128,8 +1154,9 @@ class _Comparison:
                 result = run_attempt(plan.workload, self.arms[arm], supervised=plan.supervised,
                                      timeout_s=plan.timeout_s, threads=plan.threads, runner=self.active,
                                      memory=self.memory.needed(arm), measures=plan.measures)
-                self.in_flight.clear()
+                self.unreported = ((arm,), (started,), (result,))
                 self.report(arm, started, result, bar)
+                self.unreported = None
                 if not self.rounds_logged and index < 2:
                     first[arm] = result
                     if index == 1:
@@ -1191,9 +1218,20 @@ class _Comparison:
                               **{**plan.evaluate_kwargs, **look_at})
 
     def stop(self, exc: BaseException) -> None:
-        """The attempt in flight a failed attempt, its run KILLED, and the comparison run KILLED, saying why."""
+        """The attempt in flight a failed attempt, its run KILLED, and the comparison run KILLED, saying why
+        (a second stopping signal meanwhile is raised once every run is ended)."""
+        with _signal_held():
+            self._stop(exc)
+
+    def _stop(self, exc: BaseException) -> None:
         from .tracking import end_run
 
+        if self.unreported is not None:  # measured before the stop: written as measured, nothing lost
+            for arm, started, result in zip(*self.unreported):
+                if started in self.in_flight:
+                    with contextlib.suppress(Exception):
+                        self._write_outcome(arm, started, result)
+            self.unreported = None
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
         what = "terminated" if isinstance(exc, Terminated) else "interrupted"
         for started in self.in_flight:

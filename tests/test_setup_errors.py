@@ -61,3 +61,36 @@ def test_both_arms_failing_their_first_round_stops_it(sqlite_uri, capsys, interl
     line, = err.strip().splitlines()
     assert line.startswith("Error: neither arm ran its first round (") and "RuntimeError" in line, line
     assert runs("decision") == [] and len(runs("attempt")) == 2
+
+
+def test_ctrl_c_exits_130_with_the_comparison_run_killed(sqlite_uri, tmp_path):
+    """A real SIGINT to ``compare`` as users run it: 130, the shell's code for it, not 2 (a usage error)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    command = [sys.executable, "-m", "mlflow_perfgate", "compare", "--workload", HOSTILE,
+               *[s for s in SETS if "step_ms=" not in s and "steps=" not in s], "--set=steps=400", "--set=step_ms=20",
+               "--change", "width=2", "--attempts", "6", "--no-progress"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "MLFLOW_TRACKING_URI": sqlite_uri},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if any(run.info.status == "RUNNING" for run in runs("attempt")):
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # the round's measured steps are running
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("Error: interrupted (Ctrl-C)"), err
+    comparison, = MlflowClient().search_runs(["0"], f"tags.\"{TAG.COMPARISON}\" = 'true'")
+    assert comparison.info.status == "KILLED"
+    left = [(run.info.status, run.data.tags.get(TAG.ARM), run.data.tags.get(TAG.PAIR), run.data.tags.get(TAG.FAILURE))
+            for run in runs("attempt")]
+    assert all(status != "RUNNING" for status, *_ in left), (left, err)

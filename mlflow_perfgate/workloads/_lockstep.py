@@ -29,6 +29,7 @@ begun children of the runners (``_runner``).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -68,7 +69,7 @@ def lockstep_sequence(steps_a: int, steps_b: int) -> list[int]:
 
 def execute_lockstep_arm(workload_name: str, conditions: dict, *, warmup: int, steps: int, threads: int | None,
                          probe: bool, gate: str, memory: bool = True,
-                         measures: tuple[str, ...] = ()) -> AttemptResult | None:
+                         measures: tuple[str, ...] = (), cpus: list[int] | None = None) -> AttemptResult | None:
     """One arm of a lockstep round, here: build and warm up, wait at the gate, step when told, then the tail.
 
     Every workload failure is data (the arm's result says it); each ``next`` is answered, with
@@ -84,6 +85,11 @@ def execute_lockstep_arm(workload_name: str, conditions: dict, *, warmup: int, s
     from ._contention import ContentionSampler
 
     started = time.perf_counter()
+    if cpus:  # both arms' children on the same CPUs, as one process's arms are (``_siterunner.shared_cpus``)
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:
+            pass
     arm = _Arm(dict(conditions))
     commands = Commands(gate)
     try:
@@ -176,7 +182,8 @@ def run_lockstep_spec(spec: dict, result_path: str) -> int:
     """
     result = execute_lockstep_arm(spec["workload"], spec["conditions"], warmup=spec["warmup"], steps=spec["steps"],
                                   threads=spec["threads"], probe=spec["probe"], gate=spec["gate"],
-                                  memory=spec.get("memory", True), measures=tuple(spec.get("measures", ())))
+                                  memory=spec.get("memory", True), measures=tuple(spec.get("measures", ())),
+                                  cpus=spec.get("cpus"))
     if result is not None:
         write_result(result_path, result)
     return 0

@@ -9,6 +9,7 @@ attempt runs at its conditions' site; a step-interleaved pair only where both ar
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from ._attempt import DEFAULT_TIMEOUT_S, AttemptResult, Spawned
@@ -16,7 +17,25 @@ from ._lockstep import LockstepPair, prepare_lockstep_spec
 from ._runner import AttemptRunner, ForkRunner, PendingPair, SpawnRunner, runner_kind
 from ._site import Site
 
-__all__ = ["SiteRunner"]
+__all__ = ["SiteRunner", "shared_cpus"]
+
+#: ``shared`` (both children of a lockstep round on the same CPUs, as one process's arms are) or ``none``.
+PIN_ENV = "MLFLOW_PERFGATE_LOCKSTEP_CPUS"
+
+
+def shared_cpus(threads: int) -> list[int] | None:
+    """The CPUs both children of a lockstep round are held to (the last ``threads`` this process may run
+    on), or ``None`` (not held: ``MLFLOW_PERFGATE_LOCKSTEP_CPUS=none``, or no ``sched_setaffinity``).
+
+    Both arms then share one core's caches and one run queue, as the arms of one process do: under
+    another PyTorch training job on both cores (the lockstep lab, ``benchmarks/lab_lockstep.py``),
+    each woken child otherwise landed on whichever core the scheduler chose, and the within-round
+    spread of identical arms' p10 ratio was 0.023 to 0.085 (sd of the log ratio) where held children
+    gave 0.005 to 0.009, as one process's arms do (0.004 to 0.006)."""
+    if os.environ.get(PIN_ENV, "shared") == "none" or not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    return allowed[-max(1, threads):] if len(allowed) > max(1, threads) else None
 
 
 class SiteRunner(AttemptRunner):
@@ -109,6 +128,9 @@ class SiteRunner(AttemptRunner):
                          supervised=True, memory=memory, measures=measures)
         specs = (prepare_lockstep_spec(workload_name, conditions_a, **arguments),
                  prepare_lockstep_spec(workload_name, conditions_b, **arguments))
+        cpus = None if duet else shared_cpus(threads)  # duet steps both at once: on CPUs of their own
+        if cpus:
+            specs = tuple({**spec, "cpus": cpus} for spec in specs)
         first = runners[0].begin_child(specs[0], float(timeout_s))
         try:
             second = runners[1].begin_child(specs[1], float(timeout_s))
