@@ -5,6 +5,8 @@ Real children of real runners (fork and spawn), real pipes and signals: nothing 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from mlflow_perfgate.workloads import SiteRunner, run_lockstep
@@ -119,3 +121,22 @@ def test_a_round_cancelled_midway_ends_both_children_and_frees_the_runners(site_
     pending.cancel()
     a, b = site_runner.run_lockstep(HOSTILE, FINE, FINE, threads=1, timeout_s=60)
     assert a.ok and b.ok
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs this process may run on")
+@pytest.mark.parametrize("how", ["lockstep", "duet", "lockstep, not held"])
+def test_both_children_of_a_lockstep_round_share_the_same_cpu_and_duet_s_do_not(site_runner, tmp_path, how,
+                                                                                 monkeypatch):
+    if how == "lockstep, not held":
+        monkeypatch.setenv("MLFLOW_PERFGATE_LOCKSTEP_CPUS", "none")
+    conditions = {**FINE, "report_cpus": str(tmp_path)}
+    a, b = site_runner.run_lockstep(HOSTILE, conditions, conditions, threads=1, timeout_s=60, duet=how == "duet")
+    assert a.ok and b.ok
+    seen = sorted(path.read_text() for path in tmp_path.glob("cpus-*.txt"))
+    assert len(seen) == 2
+    everywhere = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    if how == "lockstep":
+        assert seen == [str(max(os.sched_getaffinity(0)))] * 2  # one core, as one process's arms share one
+    else:
+        assert seen == [everywhere] * 2

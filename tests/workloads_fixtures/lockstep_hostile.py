@@ -36,6 +36,10 @@ def _garble() -> None:
 
 class _Stepper:
     def __init__(self, conditions: dict):
+        report = conditions.get("report_cpus")  # a folder: each child writes the CPUs it may run on there
+        if report:
+            with open(os.path.join(str(report), f"cpus-{os.getpid()}.txt"), "w") as handle:
+                handle.write(",".join(map(str, sorted(os.sched_getaffinity(0)))))
         self.mode = str(conditions.get("mode", "fine"))
         self.fail_at = int(conditions.get("fail_at", 3))
         self.step_s = float(conditions.get("step_ms", 1.0)) / 1e3
