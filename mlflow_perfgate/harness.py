@@ -859,6 +859,7 @@ class _Comparison:
         self.sites = None  # where each arm runs, when not here (``sites.ArmSites``)
         #: a round (or attempt) measured but not yet written: ``(arms, started runs, results)``
         self.unreported: tuple | None = None
+        self.rounds_now = plan.attempts  # the rounds this call runs (a resume may complete a plan instead)
 
     def attach(self, *, group: str, held: dict, runner: Any, who: str) -> None:
         """Open a comparison whose refusals were made elsewhere (a suite's entry: its comparison run
@@ -895,11 +896,26 @@ class _Comparison:
             self._refuse_or_warn()
             self.spent = _spent_before(self.held, plan.resume, plan.until_decisive, plan.attempts, plan.max_attempts,
                                        self.group) if plan.resume else 0.0
+            self.rounds_now = self._rounds_to_complete()
             self._held_comparison_run(f"resuming group {self.group!r}")
         except BaseException:
             self.close()
             raise
         self.next_pair = self.held["next_pair"]
+
+    def _rounds_to_complete(self) -> int:
+        """The rounds this call runs: the plan's, or, resuming a group whose planned rounds (its
+        ``repeats``) are not all complete (a stopped comparison), the rounds that complete them."""
+        plan, held = self.plan, self.held
+        if not (plan.resume and held["attempts"]) or plan.until_decisive or len(held["repeats"]) != 1:
+            return plan.attempts
+        planned = held["repeats"][0]
+        if not planned.isdigit() or int(planned) <= held["complete_rounds"]:
+            return plan.attempts
+        missing = int(planned) - held["complete_rounds"]
+        print(f"resuming group {self.group!r}: {held['complete_rounds']} of its {planned} planned rounds are complete; "
+              f"running the {missing} that complete them", file=sys.stderr)
+        return missing
 
     def _place_arms(self) -> None:
         """Where each arm runs (``sites``): a revision's worktree, another interpreter; checked before
@@ -1171,7 +1187,8 @@ class _Comparison:
         from .workloads import interleave as abba
 
         plan = self.plan
-        self.run_block(abba(plan.attempts), bar)
+        bar.total = 2 * self.rounds_now
+        self.run_block(abba(self.rounds_now), bar)
         # Looks are placed by information, attempts per arm over the most the group may reach;
         # each spends what its fraction adds to what the group's earlier looks spent (resumed too).
         held_per_arm = self.held["per_arm"] if plan.resume else 0
@@ -1233,13 +1250,17 @@ class _Comparison:
                         self._write_outcome(arm, started, result)
             self.unreported = None
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        for started in self.in_flight:
+        if isinstance(exc, (Terminated, KeyboardInterrupt)):
+            signal_name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else reason.rpartition(" ")[2]
+            who = f"stopped by the operator ({signal_name})"
+        else:
+            who = f"compare stopped ({reason})"
+        for started in self.in_flight:  # never a failure of its arm: withdrawn, counted in no failure rate
             with contextlib.suppress(Exception):
-                started.abort(f"{what}: compare stopped while this attempt ran ({reason})")
+                started.withdraw(f"{who} while this attempt ran: not a failure of its arm")
         for started in (attempt for runs in self.ahead.values() for attempt in runs):
             with contextlib.suppress(Exception):
-                started.withdraw(f"{what}: compare stopped before this attempt's round ran ({reason})")
+                started.withdraw(f"{who} before this attempt's round ran")
         try:
             end_run(self.comparison_id, "KILLED", reason=f"compare stopped before its decision: {reason}")
         except Exception:  # the server may be what failed; the original error matters

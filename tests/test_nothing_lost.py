@@ -519,11 +519,13 @@ def test_sigterm_of_compare_ends_everything_with_the_reason(sqlite_uri, tmp_path
     [comparison] = client.search_runs(["0"], "tags.\"perfgate.kind\" = 'comparison'")
     assert comparison.info.status == "KILLED"
     assert "terminated by SIGTERM" in comparison.data.tags[TAG.END_REASON]
-    # the attempt it was running is ended too, before compare exits: KILLED, a failed attempt saying why
+    # the attempt it was running is ended too, before compare exits: KILLED, withdrawn (the operator's stop is
+    # not a failure of its arm), saying why
     [attempt] = client.search_runs(["0"], "tags.\"perfgate.kind\" = 'attempt'")
     assert attempt.info.status == "KILLED" and attempt.data.tags[TAG.OK] == "false"
-    assert attempt.data.tags[TAG.FAILURE].startswith("terminated: compare stopped while this attempt ran")
-    assert "SIGTERM" in attempt.data.tags[TAG.FAILURE]
+    assert attempt.data.tags[TAG.EXCLUDED] == "true"
+    assert attempt.data.tags[TAG.FAILURE] == ("withdrawn: stopped by the operator (SIGTERM) while this attempt ran: "
+                                              "not a failure of its arm")
 
 
 _TERM_AT_CREATION = """

@@ -116,5 +116,6 @@ def test_the_runs_started_beside_a_childs_tail_are_withdrawn_when_the_round_befo
     for run in by_pair[2]:  # started ahead, never let through its gate
         assert run.info.status == "KILLED"
         state, reason = attempt_state(run.data.tags, run.info.status, run.info.start_time, run.info.start_time, 3600)
-        assert state == "excluded" and reason.startswith("withdrawn: interrupted: ") and "callback failed" in reason
+        assert state == "excluded" and reason.startswith("withdrawn: compare stopped (") and "callback failed" in reason
+        assert reason.endswith("before this attempt's round ran")
         assert "step_time_ms" not in run.data.metrics

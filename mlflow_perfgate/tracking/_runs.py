@@ -207,8 +207,9 @@ def group_state(group: str, *, experiment_name: str | None = None) -> dict:
         ``repeats`` condition its attempts carry, sorted: a resumed comparison keeps its own),
         ``per_arm`` (the most attempts of one arm), ``spent`` (the information fraction the
         comparison's recorded looks spent: ``perfgate.look_spent_fraction``, or ``perfgate.look``
-        over ``perfgate.max_looks`` for a group of an earlier release; ``None`` without looks) and
-        ``decided`` (whether the comparison run holds a decision).
+        over ``perfgate.max_looks`` for a group of an earlier release; ``None`` without looks),
+        ``decided`` (whether the comparison run holds a decision) and ``complete_rounds`` (the
+        rounds that hold an attempt of each arm, withdrawn and forgotten ones left out).
     """
     from ._group import load
 
@@ -217,7 +218,7 @@ def group_state(group: str, *, experiment_name: str | None = None) -> dict:
         experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     except InputError:
         return {"attempts": 0, "comparison_run_id": None, "next_pair": 0, "repeats": [], "per_arm": 0,
-                "spent": None, "decided": False}
+                "spent": None, "decided": False, "complete_rounds": 0}
     found = load(group, experiment_id, mlflow_client, stale_after_s=float("inf"))
     parents = {view.parent_run_id for view in found.attempts if view.parent_run_id}
     pairs = [int(view.tags[TAG.PAIR]) for view in found.attempts if view.tags.get(TAG.PAIR, "").isdigit()]
@@ -227,10 +228,14 @@ def group_state(group: str, *, experiment_name: str | None = None) -> dict:
         tags = _client.retrying(lambda: mlflow_client.get_run(comparison_id)).data.tags
         spent, decided = spent_fraction(tags), TAG.DECISION in tags
     arms = [view.arm for view in found.attempts]
+    rounds = {arm: {view.tags[TAG.PAIR] for view in found.attempts
+                    if view.arm == arm and view.tags.get(TAG.PAIR) and view.state != "excluded"}
+              for arm in ("baseline", "candidate")}
     return {"attempts": len(found.attempts), "comparison_run_id": comparison_id,
             "next_pair": max(pairs) + 1 if pairs else 0,
             "repeats": sorted({view.params["repeats"] for view in found.attempts if "repeats" in view.params}),
-            "per_arm": max((arms.count(arm) for arm in set(arms)), default=0), "spent": spent, "decided": decided}
+            "per_arm": max((arms.count(arm) for arm in set(arms)), default=0), "spent": spent, "decided": decided,
+            "complete_rounds": len(rounds["baseline"] & rounds["candidate"])}
 
 
 def spent_fraction(tags: dict) -> float | None:
