@@ -901,7 +901,8 @@ def run_options(*, timeout: str, threads: str, in_process: str, runner: str | No
 @click.option("--until-decisive", is_flag=True, help="Add attempt pairs while the answer is rerun, up to --max-attempts.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Per-arm cap for --until-decisive.")
 @click.option("--resume", is_flag=True, help="Add to a group that already holds attempts (a re-run), reusing its "
-              "comparison run; without it such a group is refused.")
+              "comparison run: a group stopped before its planned rounds were complete gets the rounds that complete "
+              "them, a complete one --attempts more; without it such a group is refused.")
 @click.option("--allow-undecidable", is_flag=True,
               help="Run even when the attempts planned are below --min-valid-runs or below the fewest with which the "
                    "method can accept (refused by default: such a comparison cannot mean anything).")
