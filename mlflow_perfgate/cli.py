@@ -193,7 +193,8 @@ _SECTIONS = (
     ("What to run", ("workload", "sets", "change", "allow_empty", "attempts", "rounds", "interleave", "steps",
                      "comparison_steps",
                      "warmup", "capacity_mib",
-                     "fallback_change", "until_decisive", "max_attempts", "resume", "allow_undecidable", "keep_worktrees", "threads",
+                     "fallback_change", "until_decisive", "max_attempts", "resume", "new_plan", "allow_undecidable", "keep_worktrees",
+                     "threads",
                      "timeout_s", "in_process", "runner", "group", "stale_after")),
     ("How to decide", ("method", "mode", "objective", "latency", "alpha", "confidence", "margin", "env_mismatch",
                        "power", "effects")),
@@ -909,13 +910,16 @@ def run_options(*, timeout: str, threads: str, in_process: str, runner: str | No
 @click.option("--keep-worktrees", is_flag=True,
               help="With a revision condition: leave the revisions' git worktrees (under .git/perfgate-worktrees) in "
                    "place afterwards.")
+@click.option("--new-plan", is_flag=True,
+              help="With --resume: judge the group under these options although its rounds were planned under "
+                   "others (refused otherwise, naming both); its earlier looks' spending does not carry over.")
 @decision_options(configured=True)
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @guarded
 def compare(workload, sets, change, allow_empty, attempts, steps, rounds, group, experiment, timeout_s, threads,
             in_process, runner, interleave, until_decisive, max_attempts, resume, allow_undecidable, keep_worktrees,
-            output_format, no_progress, **kwargs):
+            new_plan, output_format, no_progress, **kwargs):
     """Run baseline and candidate attempts interleaved (ABBA) as children of a comparison run, decide."""
     conditions = _with_steps(_conditions(sets, allow_empty), steps, "--steps")
     attempts = _attempts_of(conditions, attempts, rounds)
@@ -930,7 +934,8 @@ def compare(workload, sets, change, allow_empty, attempts, steps, rounds, group,
         experiment_name=experiment, supervised=not in_process, timeout_s=timeout_s, runner=runner,
         threads=threads, until_decisive=until_decisive, max_attempts=max_attempts, progress=not no_progress,
         resume=resume, interleave=interleave, parent_run_id=os.environ.get("MLFLOW_RUN_ID") or None,
-        allow_undecidable=allow_undecidable, keep_worktrees=keep_worktrees, **options,  # nested under `mlflow run`
+        allow_undecidable=allow_undecidable, keep_worktrees=keep_worktrees, new_plan=new_plan,
+        **options,  # nested under `mlflow run`
     )
     print_decision(result, output_format)
     exit_for(result)

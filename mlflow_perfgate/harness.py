@@ -646,6 +646,7 @@ def compare(
     interleave: str | None = None,
     allow_undecidable: bool = False,
     keep_worktrees: bool = False,
+    new_plan: bool = False,
     **evaluate_kwargs: Any,
 ) -> dict:
     """Run baseline and candidate attempts interleaved (ABBA) under a comparison run, then decide.
@@ -700,6 +701,9 @@ def compare(
             steps at once.
         keep_worktrees: leave the worktrees of the revisions compared (``revision`` conditions,
             :mod:`mlflow_perfgate.sites`) in place when the comparison ends.
+        new_plan: with ``resume``, judge the group under this call's policy although its rounds were
+            planned under another (without it such a resume is refused, naming both); its earlier
+            looks' spending is then not carried over.
         allow_undecidable: run a comparison that cannot mean anything all the same (to check a
             pipeline): by default a new group planned below ``min_valid_runs`` attempts per arm,
             or below the fewest with which its method can accept, is refused before anything
@@ -716,7 +720,7 @@ def compare(
                             max_attempts=max_attempts, progress=progress, hypothesis=hypothesis,
                             on_attempt=on_attempt, parent_run_id=parent_run_id, resume=resume,
                             interleave=interleave, allow_undecidable=allow_undecidable,
-                            keep_worktrees=keep_worktrees, evaluate_kwargs=evaluate_kwargs)
+                            keep_worktrees=keep_worktrees, new_plan=new_plan, evaluate_kwargs=evaluate_kwargs)
     return _Comparison(plan).run()
 
 
@@ -752,6 +756,8 @@ class _Plan:
     configuration: Configuration | None = None
     #: leave the revisions' worktrees this comparison made in place when it ends.
     keep_worktrees: bool = False
+    #: a resume under a policy other than the group's recorded one starts a new plan (else it is refused).
+    new_plan: bool = False
 
     @property
     def most(self) -> int:
@@ -903,6 +909,36 @@ class _Comparison:
             raise
         self.next_pair = self.held["next_pair"]
 
+    def _same_plan(self, run_id: str) -> None:
+        """A resume goes on under the policy the group's rounds were planned for, or says it starts a new plan.
+
+        Raises:
+            InputError: the comparison run holds another policy (``perfgate.policy``) and
+                ``new_plan`` is not given: both named, nothing run.
+        """
+        from mlflow import MlflowClient
+
+        from .tracking import TAG
+        from .tracking._client import retrying
+
+        plan = self.plan
+        held_text = retrying(lambda: MlflowClient().get_run(run_id)).data.tags.get(TAG.POLICY)
+        if held_text is None:
+            return  # a group of an earlier release: nothing recorded to hold it to
+        held, asked = json.loads(held_text), json.loads(json.dumps(plan.policy.options(), default=str))
+        differ = sorted(key for key in set(held) | set(asked) if held.get(key) != asked.get(key))
+        if not differ:
+            return
+        if plan.new_plan:
+            print(f"resuming group {self.group!r} under a new plan ({', '.join(differ)} changed): its earlier looks' "
+                  "spending is not carried over", file=sys.stderr)
+            self.spent = 0.0
+            return
+        said = "; ".join(f"{key} {held.get(key)!r} -> {asked.get(key)!r}" for key in differ)
+        raise InputError(f"group {self.group!r} was planned under another policy ({said}): resume it with the same "
+                         "options, or pass --new-plan to judge its rounds under this one from here (its earlier looks' "
+                         "spending then does not carry over); nothing was run or logged")
+
     def _rounds_to_complete(self) -> int:
         """The rounds this call runs: the plan's, or, resuming a group whose planned rounds (its
         ``repeats``) are not all complete (a stopped comparison), the rounds that complete them."""
@@ -983,17 +1019,23 @@ class _Comparison:
 
         # how it is measured and judged, what was defaulted, what fell back and why
         configuration = None if plan.configuration is None else plan.configuration.text()
+        from .tracking._runs import claim_rounds, policy_text
+
         if plan.resume and held["comparison_run_id"]:
             run_id = held["comparison_run_id"]
+            self._same_plan(run_id)
+            claim_rounds(run_id, held["next_pair"])  # one writer per group: a twin resume is refused here
             if configuration:
                 tag_run(run_id, {TAG.CONFIGURATION: configuration, TAG.CONFIGURED_METHOD: plan.policy.method,
-                                 TAG.CONFIGURED_LATENCY: plan.policy.latency})
+                                 TAG.CONFIGURED_LATENCY: plan.policy.latency,
+                                 TAG.POLICY: policy_text(plan.policy.options())})
         else:
             run_id = start_comparison(group, self.arms["baseline"], plan.variable, objective=plan.objective,
                                       experiment_name=plan.experiment_name, workload=plan.workload,
                                       parent_run_id=plan.parent_run_id, interleave=plan.interleave,
                                       configuration=configuration, method=plan.policy.method,
-                                      latency=plan.policy.latency)
+                                      latency=plan.policy.latency, policy=plan.policy.options())
+            claim_rounds(run_id, held["next_pair"])
         if plan.calibration is not None:  # which calibration planned its rounds, and how
 
             tag_run(run_id, {TAG.CALIBRATION_RUN: plan.calibration["calibration_run_id"],

@@ -64,3 +64,45 @@ def test_a_stopped_comparison_resumed_completes_its_rounds_and_counts_no_stop_as
     assert result["reason"] not in ("unreliable_candidate", "unreliable_baseline")
     for arm in ("baseline", "candidate"):
         assert result[arm]["failed_runs"] == 0 and result[arm]["attempted_runs"] == 6
+
+
+def test_a_resume_under_another_policy_is_refused_naming_both_unless_a_new_plan_is_asked(sqlite_uri, capsys):
+    from mlflow_perfgate.cli import main
+
+    argv = [a if a != "--set=steps=30" else "--set=steps=3" for a in COMPARE[3:]]  # the plan, not the measurement
+
+    def run(*extra) -> tuple[int, str]:
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--allow-undecidable", *extra])
+        return exit_info.value.code, capsys.readouterr().err
+
+    code, err = run()
+    assert code in (0, 3), err
+    before = len(attempts())
+    code, err = run("--resume", "--margin", "0.1")
+    assert code == 2 and "was planned under another policy (margin 0.5 -> 0.1)" in err and "--new-plan" in err, err
+    assert len(attempts()) == before  # nothing run
+    code, err = run("--resume", "--margin", "0.1", "--new-plan")
+    assert code in (0, 3) and "under a new plan (margin changed)" in err, err
+    assert len(attempts()) == before + 12
+
+
+@pytest.mark.slow
+def test_a_twin_resume_of_a_running_comparison_is_refused(sqlite_uri):
+    """Two writers of one group would take the same round numbers: the second is refused before it runs."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": sqlite_uri}
+    long = [a if a != "--set=steps=30" else "--set=steps=3000" for a in COMPARE]  # still running when the twin comes
+    first = subprocess.Popen(long, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and first.poll() is None and not attempts():
+            time.sleep(0.1)
+        twin = subprocess.run([*long, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert twin.returncode == 2, twin.stderr
+        assert "is being run by another process (on this host" in twin.stderr and "wait for it to end" in twin.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)  # the first writer is stopped: what it holds stays its own
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 143, err
+    pairs = [(run.data.tags[TAG.ARM], run.data.tags[TAG.PAIR]) for run in attempts()]
+    assert pairs and len(pairs) == len(set(pairs))  # no round number twice: the twin started none

@@ -11,12 +11,14 @@ from mlflow.entities import Metric, RunStatus
 
 from ..rules._errors import InputError
 from . import _client
-from ._environment import process_identity
+from ..rules._errors import StoreRefused
+from ._environment import process_alive, process_identity
 from ._schema import (
     KIND_COMPARISON,
     KIND_DIAGNOSIS,
     MAX_PARAM_VALUE,
     MAX_TAG_VALUE,
+    PARAM,
     TAG,
     canonical_conditions,
     canonical_value,
@@ -24,22 +26,23 @@ from ._schema import (
     group_key,
 )
 
-__all__ = ["end_run", "group_state", "log_diagnosis", "log_failed_diagnosis", "run_url", "start_comparison",
-           "tag_run"]
+__all__ = ["claim_rounds", "end_run", "group_state", "log_diagnosis", "log_failed_diagnosis", "run_url",
+           "start_comparison", "tag_run"]
 
 
 def start_comparison(group: str, conditions: dict, changed_variable: str, *, objective: str = "latency",
                      experiment_name: str | None = None, workload: str | None = None,
                      parent_run_id: str | None = None, interleave: str | None = None,
                      configuration: str | None = None, method: str | None = None,
-                     latency: str | None = None) -> str:
+                     latency: str | None = None, policy: dict | None = None) -> str:
     """Create the comparison run under which attempts nest and onto which the decision is written.
 
     Its params are the baseline's fixed conditions (the UI lines them up with the attempts').
     ``parent_run_id`` nests it (under the ``mlflow run`` project run, say). ``interleave``
     (``attempts`` or ``steps``: how its attempts share the machine) becomes ``perfgate.interleave``,
     ``configuration`` (how it is measured and judged, in words) ``perfgate.configuration``, and
-    ``method`` and ``latency`` (what judges it) ``perfgate.configured_method`` and ``_latency``.
+    ``method`` and ``latency`` (what judges it) ``perfgate.configured_method`` and ``_latency``,
+    ``policy`` (what its rounds were planned for, ``Policy.options()``) ``perfgate.policy``.
     """
     if not isinstance(group, str) or not group.strip():
         raise InputError(f"group must be a non-empty string, got {group!r}")
@@ -54,6 +57,7 @@ def start_comparison(group: str, conditions: dict, changed_variable: str, *, obj
         **({TAG.CONFIGURATION: fit(configuration, MAX_TAG_VALUE)} if configuration else {}),
         **({TAG.CONFIGURED_METHOD: method} if method else {}),
         **({TAG.CONFIGURED_LATENCY: latency} if latency else {}),
+        **({TAG.POLICY: policy_text(policy)} if policy else {}),
         **({TAG.PARENT: parent_run_id} if parent_run_id else {}),
     }
     run = _client.retrying(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=f"compare {group[:60]}"))
@@ -250,3 +254,54 @@ def spent_fraction(tags: dict) -> float | None:
     except (ValueError, ZeroDivisionError):
         return None
     return value if 0 <= value <= 1 else None
+
+
+def claim_rounds(run_id: str, first_pair: int) -> None:
+    """Claim a comparison's rounds from ``first_pair`` on for this process, or refuse a twin.
+
+    The claim is the param ``perfgate.round_claim.<first_pair>`` of the comparison run, holding this
+    process's identity: MLflow keeps the first value a param is given, so of two ``compare --resume``
+    of one group at once (both found the same next round) one claims the rounds and the other is
+    refused here, before it starts a run. A claim left by a process that is gone (this host can
+    tell) is passed for a numbered one (``.1``, ``.2``, ...).
+
+    Raises:
+        InputError: another live process (or one on another host, which cannot be asked) holds the
+            claim: the group is being run now.
+    """
+    identity = process_identity()
+    mlflow_client = _client.client()
+    run = _client.retrying(lambda: mlflow_client.get_run(run_id))
+    for key, holder in sorted(run.data.params.items()):  # one writer per group: none other may be running it
+        if not key.startswith(PARAM.ROUND_CLAIM + ".") or holder == identity:
+            continue
+        alive = process_alive(holder)
+        if alive or (alive is None and run.info.status == "RUNNING"):
+            where = "on this host" if alive else "on another host, or one this host cannot ask (mlflow-perfgate reap " \
+                                                 "ends a comparison run whose writer is gone)"
+            raise InputError(f"group's comparison is being run by another process ({where}: pid "
+                             f"{holder.split('|')[2] if holder.count('|') >= 2 else '?'}, claimed {key}): wait for it "
+                             "to end, then --resume again; nothing was run or logged")
+    for extra in range(64):
+        key = f"{PARAM.ROUND_CLAIM}.{first_pair}" + (f".{extra}" if extra else "")
+        try:
+            _client.retrying(lambda: mlflow_client.log_param(run_id, key, identity))
+            return
+        except StoreRefused:
+            holder = _client.retrying(lambda: mlflow_client.get_run(run_id)).data.params.get(key, "")
+            if holder == identity:
+                return
+            if process_alive(holder) is False:
+                continue  # its writer died before it ran a round: the next place
+            where = "on this host" if process_alive(holder) else "on another host, or one this host cannot ask"
+            raise InputError(
+                f"the comparison's rounds from {first_pair} on are being run by another process ({where}: "
+                f"{holder.split('|')[0]}, pid {holder.split('|')[2] if holder.count('|') >= 2 else '?'}): wait for "
+                "it to end, then --resume again; nothing was run or logged") from None
+    raise InputError(f"the comparison's rounds from {first_pair} on were claimed 64 times by processes that died; "
+                     "start a new group")
+
+
+def policy_text(options: dict) -> str:
+    """A policy's options as the one string ``perfgate.policy`` holds (sorted JSON)."""
+    return json.dumps(options, sort_keys=True, default=str)

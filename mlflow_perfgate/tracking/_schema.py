@@ -142,6 +142,9 @@ class TAG:
     #: ``evaluate`` of its group that names neither judges with them.
     CONFIGURED_METHOD = "perfgate.configured_method"
     CONFIGURED_LATENCY = "perfgate.configured_latency"
+    #: On a comparison run: the policy its rounds were planned for (JSON of ``Policy.options()``):
+    #: a ``compare --resume`` under another policy is refused, naming both, unless ``--new-plan``.
+    POLICY = "perfgate.policy"
     #: On the comparison run of a sequential comparison (``compare --until-decisive`` with more
     #: than one look): the look it reached (an int) and its planned last look. ``evaluate`` of the
     #: group judges at that look, its levels spent as the comparison's were, unless told a look.
@@ -317,6 +320,10 @@ class PARAM:
     #: On an entry's decision run: which suite run the evaluators of one suite look agreed on
     #: (``<suite key>:<run id>``).
     SUITE_CLAIM = "perfgate.suite_claim"
+    #: On a comparison run, ``perfgate.round_claim.<first round>``: the process that runs the rounds
+    #: from that one on (its identity; a param, so two ``compare --resume`` of one group at once
+    #: cannot both take the same round numbers: the second is refused).
+    ROUND_CLAIM = "perfgate.round_claim"
 
     @staticmethod
     def of(name: str) -> str:
