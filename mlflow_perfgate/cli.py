@@ -39,14 +39,27 @@ def _one_line(exc: BaseException) -> str:
     return fit(text, 2000)  # the one marker of a cut text of ours (tracking/_schema.fit)
 
 
-def _check_store_uri() -> None:
+def _check_store_uri(writes: bool = True) -> None:
     """A misspelled store scheme in ``MLFLOW_TRACKING_URI`` (``sqllite:///mlflow.db``) is one line
-    at once, before MLflow is imported."""
-    from mlflow_perfgate.tracking._store import scheme_problem
+    at once, before MLflow is imported; so is a local store a command that writes cannot write."""
+    from mlflow_perfgate.tracking._store import require_writable_store, scheme_problem
 
-    problem = scheme_problem(os.environ.get("MLFLOW_TRACKING_URI"))
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    problem = scheme_problem(uri)
     if problem:
         _fail(problem)
+    if writes:
+        require_writable_store(uri or _DEFAULT_STORE)
+
+
+#: MLflow's default tracking store, where ``MLFLOW_TRACKING_URI`` names none.
+_DEFAULT_STORE = "sqlite:///mlflow.db"
+
+
+def only_reads(func):
+    """A command that writes nothing to the store (``decisions``, ``report``): a read-only store serves it."""
+    func._perfgate_only_reads = True
+    return func
 
 
 def reads_only(func):
@@ -82,7 +95,7 @@ def guarded(func):
         from mlflow_perfgate.errors import PerfgateError
 
         try:
-            _check_store_uri()
+            _check_store_uri(writes=not getattr(func, "_perfgate_only_reads", False))
             return func(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
@@ -657,6 +670,7 @@ def evaluate(group, experiment, stale_after, output_format, **kwargs):
 @click.option("--suite", "suite_name", default=None, help="Only the decisions of this suite's entries.")
 @click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table")
 @guarded
+@only_reads
 @reads_only
 def decisions(experiment, group, suite_name, output_format):
     """List decision runs, newest first."""
@@ -696,6 +710,7 @@ def _decisions_frame(experiment, group, suite_name):
 @click.option("--group", required=True, help="Comparison id.")
 @click.option("--experiment", default=None, help="Experiment name.")
 @guarded
+@only_reads
 @reads_only
 def report(group, experiment):
     """Print the markdown report of a group's newest decision."""

@@ -5,6 +5,8 @@ Real children and a real store; nothing is mocked."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -94,3 +96,32 @@ def test_ctrl_c_exits_130_with_the_comparison_run_killed(sqlite_uri, tmp_path):
     left = [(run.info.status, run.data.tags.get(TAG.ARM), run.data.tags.get(TAG.PAIR), run.data.tags.get(TAG.FAILURE))
             for run in runs("attempt")]
     assert all(status != "RUNNING" for status, *_ in left), (left, err)
+
+
+def _immutable(path: Path, on: bool) -> bool:
+    """``chattr +i`` (or ``-i``): a file no process may write, root included; whether it could be done here."""
+    import shutil
+    import subprocess
+
+    if shutil.which("chattr") is None:
+        return False
+    return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
+
+
+def test_a_store_this_process_cannot_write_is_named_in_one_line_before_anything_runs(tmp_path, capsys, monkeypatch):
+    store = tmp_path / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{store}").search_experiments()  # a real store
+    if not _immutable(store, True):
+        pytest.skip("chattr +i is not available on this filesystem")
+    capsys.readouterr()  # MLflow's own lines, making the store
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+        code, _, err = run_cli(capsys, "compare", "--change", "checkpoint=true", "--no-progress")
+        assert code == 2, err
+        line, = err.strip().splitlines()
+        assert f"the MLflow store at sqlite:///{store} cannot be written: {store} is read-only" in line, line
+        assert line.endswith("nothing was run or logged")
+        code, out, err = run_cli(capsys, "decisions")  # a command that only reads is served
+        assert code == 0, err
+    finally:
+        _immutable(store, False)

@@ -22,8 +22,8 @@ from typing import Iterable
 from ..errors import InputError
 from ._redact import redact_uri
 
-__all__ = ["BUILTIN_SCHEMES", "local_store_path", "read_only", "require_existing_store", "scheme_problem",
-           "store_scheme", "unknown_scheme_text"]
+__all__ = ["BUILTIN_SCHEMES", "local_store_path", "read_only", "require_existing_store", "require_writable_store",
+           "scheme_problem", "store_scheme", "unknown_scheme_text"]
 
 #: The schemes MLflow's tracking store registry holds without plugins ("" is a plain path: a file store).
 BUILTIN_SCHEMES = ("", "databricks", "databricks-uc", "file", "http", "https", "mssql", "mysql", "postgresql",
@@ -109,6 +109,33 @@ def local_store_path(uri: str) -> str | None:
     if scheme == "":  # a plain path: a file store
         return os.path.abspath(uri) if uri else None
     return None
+
+
+def require_writable_store(uri: str) -> None:
+    """Refuse, in one line and before anything runs, a local store this process cannot write.
+
+    A SQLite file needs its file and its folder writable (SQLite writes a journal beside it); a
+    store that does not exist yet, the nearest folder that does (where it will be made); a file
+    store, its folder. Servers and database servers answer for themselves.
+
+    Raises:
+        InputError: the store, or its folder, is read-only for this process.
+    """
+    path = local_store_path(uri)
+    if path is None:
+        return
+    is_sqlite = store_scheme(uri) == "sqlite"
+    if os.path.exists(path):
+        blocked = [p for p in ([path, os.path.dirname(path)] if is_sqlite else [path]) if not os.access(p, os.W_OK)]
+    else:
+        parent = os.path.dirname(path)
+        while parent and not os.path.exists(parent) and os.path.dirname(parent) != parent:
+            parent = os.path.dirname(parent)
+        blocked = [parent] if parent and not os.access(parent, os.W_OK) else []
+    if blocked:
+        raise InputError(f"the MLflow store at {redact_uri(uri)} cannot be written: {blocked[0]} is read-only for this "
+                         "process; this command records runs: make it writable, or point MLFLOW_TRACKING_URI at a "
+                         "store you can write (decisions and report only read); nothing was run or logged")
 
 
 def require_existing_store(uri: str) -> None:
