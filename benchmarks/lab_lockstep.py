@@ -71,6 +71,15 @@ PLAN = {
     ("revision", -0.15): 10,
     **{("python", effect): 10 for effect in (0.0, 0.15)},
 }
+#: ``--plan short``: the lockstep cells whole (the targets' 20 comparisons), the others fewer.
+SHORT_PLAN = {
+    **{("lockstep", effect): 20 for effect in (0.0, -0.15, 0.15, -0.07, 0.07)},
+    **{("steps", effect): 10 for effect in (0.0, -0.15, 0.15, -0.07, 0.07)},
+    **{(source, effect): 6 for source in ("attempts", "duet") for effect in (0.0, -0.15, 0.15)},
+    **{("revision", effect): 20 for effect in (0.0, 0.15)},
+    ("revision", -0.15): 6,
+    **{("python", effect): 6 for effect in (0.0, 0.15)},
+}
 SIZES = (10, 20)
 _REVISION_BENCH = '''"""The lockstep lab's revision benchmark: the lab workload's step, then a spin of SPIN_MS."""
 import time
@@ -206,7 +215,8 @@ def collect(args, out) -> None:
              "environments": make_environments(folder, step_ms)}
     out.write(json.dumps({"calibration": calibration, "setup": setup, "args": vars(args)}) + "\n")
     out.flush()
-    plan = {cell: max(1, round(count * args.collections)) for cell, count in PLAN.items() if cell[0] in args.sources}
+    chosen = SHORT_PLAN if args.plan == "short" else PLAN
+    plan = {cell: max(1, round(count * args.collections)) for cell, count in chosen.items() if cell[0] in args.sources}
     rng = random.Random(args.seed)
     for kind in args.kinds:
         horizon = 7200 + sum(plan.values()) * 60
@@ -392,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="scale the comparisons per cell (1: 20 for the lockstep and steps cells and the "
                              "revision's 0 and +15%, 10 for the others)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plan", choices=("full", "short"), default="full",
+                        help="short: the lockstep cells' 20 comparisons each, 10 for steps, 6 for the other sources")
     parser.add_argument("--from-jsonl", default=None, help="judge an earlier collection; measure nothing")
     parser.set_defaults(out=None)
     return parser

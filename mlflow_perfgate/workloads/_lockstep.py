@@ -85,11 +85,13 @@ def execute_lockstep_arm(workload_name: str, conditions: dict, *, warmup: int, s
     from ._contention import ContentionSampler
 
     started = time.perf_counter()
+    allowed = None
     if cpus:  # both arms' children on the same CPUs, as one process's arms are (``_siterunner.shared_cpus``)
         try:
+            allowed = os.sched_getaffinity(0)
             os.sched_setaffinity(0, cpus)
         except OSError:
-            pass
+            allowed = None
     arm = _Arm(dict(conditions))
     commands = Commands(gate)
     try:
@@ -126,6 +128,11 @@ def execute_lockstep_arm(workload_name: str, conditions: dict, *, warmup: int, s
                     from ._heap import keep_freed_memory
 
                     keep_freed_memory()  # the child ends after its tail
+                if allowed is not None:  # nothing is measured now: both arms' tails run at once
+                    try:
+                        os.sched_setaffinity(0, allowed)
+                    except OSError:
+                        pass
                 arm.phase = "tail"
                 _finish_arm(arm, workload_name, probe, memory, measures, shared_process=False)
                 arm.fields["step_order"] = None  # the parent's to give: it knows the shared sequence
