@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import lab_neighbours as lab  # noqa: E402
 
 
-@pytest.mark.parametrize("kind", ["membw", "duty", "storm", "drift", "mix"])
+@pytest.mark.parametrize("kind", ["membw", "duty", "storm", "drift", "mix", "torchjob", "disk", "square"])
 def test_each_neighbour_kind_starts_and_is_ended_by_pid(kind):
     plan = lab.neighbour_plan(kind, 0.01)
     assert plan
