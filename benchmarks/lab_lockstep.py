@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import os
 import random
 import statistics
@@ -61,6 +62,9 @@ sys.path.insert(0, HERE)
 import lab_neighbours as lab  # noqa: E402 - after the path
 
 SOURCES = ("lockstep", "steps", "attempts", "duet", "revision", "python")
+#: The first run's lockstep rounds, whose children were free to run on any CPU (before they were held to
+#: one): kept in the committed file under these names, beside the sources above.
+FREE_SOURCES = ("lockstep-free", "revision-free", "python-free")
 #: The sources whose rounds are lockstep ones (the issue's targets).
 LOCKSTEP_SOURCES = ("lockstep", "revision", "python")
 #: (source, effect) -> collections at the defaults (``--collections`` scales them)
@@ -277,11 +281,15 @@ def analyse(rows: list[dict]) -> dict:
     offline judge with the commands' own decisions; walls and loads."""
     counts = defaultdict(lambda: [0, 0])
     agree = [0, 0]
-    walls, loads = defaultdict(list), defaultdict(list)
+    walls, loads, spreads = defaultdict(list), defaultdict(list), defaultdict(list)
     for row in rows:
         if not row.get("attempts"):
             continue
         found = verdicts(row)
+        ratios = [math.log(c["step_p10_ms"] / b["step_p10_ms"]) for b, c in _pairs(row)
+                  if b["ok"] and c["ok"] and b.get("step_p10_ms") and c.get("step_p10_ms")]
+        if len(ratios) > 2:
+            spreads[(row["kind"], row["source"])].append(statistics.stdev(ratios))
         walls[(row["kind"], row["source"], row["rounds"])].append(row["wall_s"])
         loads[row["kind"]].append(row["load"])
         for (n, config, mode), verdict in found.items():
@@ -293,7 +301,8 @@ def analyse(rows: list[dict]) -> dict:
         if full is not None and row.get("decision") is not None:
             agree[0] += full == row["decision"]
             agree[1] += 1
-    return {"counts": dict(counts), "agree": agree, "walls": dict(walls), "loads": dict(loads)}
+    return {"counts": dict(counts), "agree": agree, "walls": dict(walls), "loads": dict(loads),
+            "spreads": dict(spreads)}
 
 
 #: (label, effect, n, mode, direction, bound): the issue's targets for lockstep rounds (rates of the wanted verdict).
@@ -318,7 +327,7 @@ def _rate(cell) -> str:
 def report(found: dict, kinds: list[str]) -> str:
     counts, lines = found["counts"], []
     effects = sorted({key[2] for key in counts})
-    sources = [s for s in SOURCES if any(key[1] == s for key in counts)]
+    sources = [s for s in (*SOURCES, *FREE_SOURCES) if any(key[1] == s for key in counts)]
     lines.append("## Rates by neighbour kind, source and true effect\n")
     lines.append("Each cell: accept in improvement mode / reject in non_regression mode, as k/n of separate "
                  "comparisons (the default configuration: paired on p10 with the step checks); pyperf's rule on the "
@@ -370,6 +379,16 @@ def report(found: dict, kinds: list[str]) -> str:
                     difference = 100 * (ours[0] / ours[1] - steps[0] / steps[1])
                     lines.append(f"| {kind} | {effect:+.2f} | {n} | {mode} | {_short(ours)} | {_short(steps)} | "
                                  f"{difference:+.0f} points | {_short(theirs)} |")
+    lines.append("\n## Within-round spread (sd of each round's log p10 ratio, median over a cell's comparisons)\n")
+    lines.append("What a round's pairing leaves of the machine's noise: the smaller, the smaller an effect the "
+                 "paired method resolves in 10 rounds.\n")
+    lines.append("| kind | " + " | ".join(sources) + " |")
+    lines.append("|---|" + "---|" * len(sources))
+    for kind in kinds:
+        cells = [found["spreads"].get((kind, source)) for source in sources]
+        if any(cells):
+            lines.append(f"| {kind} | " + " | ".join(f"{statistics.median(c):.4f}" if c else "n/a" for c in cells)
+                         + " |")
     lines.append("\n## Wall time of a comparison, by source (median seconds; 10 and 20 rounds)\n")
     lines.append("| kind | " + " | ".join(f"{s} (10)" for s in sources) + " | revision / steps (10) |")
     lines.append("|---|" + "---|" * (len(sources) + 1))
