@@ -297,6 +297,10 @@ def analyse(rows: list[dict]) -> dict:
             cell = counts[(row["kind"], row["source"], row["effect"], n, config, mode)]
             cell[0] += verdict == wanted
             cell[1] += 1
+            if mode == "non_regression":  # the CI gate's pass: "no slower than the margin"
+                passed = counts[(row["kind"], row["source"], row["effect"], n, config, "gate_passes")]
+                passed[0] += verdict == "accept"
+                passed[1] += 1
         full = found.get((row["rounds"], "paired/p10", "improvement"))
         if full is not None and row.get("decision") is not None:
             agree[0] += full == row["decision"]
@@ -379,6 +383,15 @@ def report(found: dict, kinds: list[str]) -> str:
                     difference = 100 * (ours[0] / ours[1] - steps[0] / steps[1])
                     lines.append(f"| {kind} | {effect:+.2f} | {n} | {mode} | {_short(ours)} | {_short(steps)} | "
                                  f"{difference:+.0f} points | {_short(theirs)} |")
+    lines.append("\n## The gate on a change that does nothing (identical arms, non_regression, margin 5%)\n")
+    lines.append("Passed (accept: not slower beyond the margin) at 10 rounds, k/n of separate comparisons; the rest "
+                 "are reruns or false alarms (the targets above count those).\n")
+    lines.append("| kind | " + " | ".join(sources) + " |")
+    lines.append("|---|" + "---|" * len(sources))
+    for kind in kinds:
+        cells = [counts.get((kind, source, 0.0, 10, "paired/p10", "gate_passes")) for source in sources]
+        if any(cells):
+            lines.append(f"| {kind} | " + " | ".join(_short(c) for c in cells) + " |")
     lines.append("\n## Within-round spread (sd of each round's log p10 ratio, median over a cell's comparisons)\n")
     lines.append("What a round's pairing leaves of the machine's noise: the smaller, the smaller an effect the "
                  "paired method resolves in 10 rounds.\n")
