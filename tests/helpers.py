@@ -222,15 +222,17 @@ def command_lines(block: str, program: str = "mlflow-perfgate") -> list[list[str
 BUSY_SETS = [f"--set={k}={v}" for k, v in {"model": "busy", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32",
                                            "device": "cpu", "measurement_method": "wall_ms", "warmup": 1,
                                            "steps": 8}.items()]
-_BUSY_BENCH = '''"""A step that spins for BUSY_MS milliseconds (each revision its own)."""
+_BUSY_BENCH = '''"""A benchmark whose step spins for a known time (a negative one: the step exits its process)."""
+import os
 import time
-
-BUSY_MS = {busy_ms}
-
+{prelude}
 
 class Bench:
     def step(self):
-        end = time.perf_counter() + BUSY_MS / 1e3
+        ms = {step_ms}
+        if ms < 0:
+            os._exit(3)
+        end = time.perf_counter() + ms / 1e3
         while time.perf_counter() < end:
             pass
 
@@ -241,6 +243,12 @@ class Bench:
 def make(conditions):
     return Bench()
 '''
+
+
+def busy_bench(step_ms: str, prelude: str = "") -> str:
+    """The source of a ``bench.py`` (``make``, the factory) whose step spins ``step_ms`` milliseconds (a Python
+    expression, after ``prelude``); a negative time exits the step's process with code 3."""
+    return _BUSY_BENCH.format(step_ms=step_ms, prelude=prelude)
 
 
 def busy_repository(repo, busy_ms: list[float | None]) -> list[str]:
@@ -257,7 +265,7 @@ def busy_repository(repo, busy_ms: list[float | None]) -> list[str]:
             if bench.exists():
                 bench.unlink()
         else:
-            bench.write_text(_BUSY_BENCH.format(busy_ms=busy))
+            bench.write_text(busy_bench(repr(busy)))
         (repo / "notes.txt").write_text(f"commit {index}\n")
         git(repo, "add", "-A", ".")
         git(repo, "commit", "-q", "-m", f"commit {index}")

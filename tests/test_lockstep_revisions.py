@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from mlflow_perfgate.cli import main
 from mlflow_perfgate.tracking import TAG
 
-from helpers import BUSY_SETS, busy_repository, git
+from helpers import BUSY_SETS, busy_bench, busy_repository, git
 
 COMPARE = [sys.executable, "-m", "mlflow_perfgate", "compare", "--workload", "bench:make", *BUSY_SETS, "--no-progress",
            "--attempts", "6", "--allow-undecidable"]
@@ -141,26 +141,9 @@ def test_an_interpreter_without_torch_is_refused_naming_the_arm(tmp_path, sqlite
     assert not attempts_of(sqlite_uri)
 
 
-_ENV_BENCH = '''import time
-try:
-    from labeffect import EXTRA_MS
-except ImportError:
-    EXTRA_MS = 0.0
-
-
-class Bench:
-    def step(self):
-        end = time.perf_counter() + (2.0 + EXTRA_MS) / 1e3
-        while time.perf_counter() < end:
-            pass
-
-    def quality(self):
-        return 1.0
-
-
-def make(conditions):
-    return Bench()
-'''
+#: The benchmark of the environment comparison: 2 ms a step, and the spin its environment's ``labeffect`` adds.
+_ENV_BENCH = busy_bench("2.0 + EXTRA_MS", prelude="try:\n    from labeffect import EXTRA_MS\nexcept ImportError:\n"
+                                                   "    EXTRA_MS = 0.0\n")
 
 
 @pytest.mark.slow

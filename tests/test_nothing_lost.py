@@ -124,30 +124,9 @@ def _docs_recipe() -> list[str]:
     return scripts
 
 
-_PROJECT_BENCH = """import os
-import time
-
-STEP_MS = {ms}
-
-
-class Bench:
-    def step(self):
-        if STEP_MS < 0:
-            os._exit(3)
-        end = time.perf_counter() + STEP_MS / 1e3
-        while time.perf_counter() < end:
-            pass
-
-    def quality(self):
-        return 1.0
-
-
-def make(conditions):
-    return Bench()
-"""
-
-
 def _two_commits(tmp_path) -> tuple[Path, str, str, dict]:
+    from helpers import busy_bench
+
     """A project whose head's ``bench.py`` (its factory) steps 20% faster than its base's, and the job's
     environment; a third commit, ``broken``, whose step exits the process."""
     repo = tmp_path / "work" / "project"
@@ -156,7 +135,7 @@ def _two_commits(tmp_path) -> tuple[Path, str, str, dict]:
     subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
     shas = []
     for ms, message in ((2.0, "base"), (1.6, "head: faster"), (-1, "broken: the step exits")):
-        (repo / "bench.py").write_text(_PROJECT_BENCH.format(ms=ms))
+        (repo / "bench.py").write_text(busy_bench(repr(ms)))
         subprocess.run([*git, "add", "."], cwd=repo, check=True)
         subprocess.run([*git, "commit", "-qm", message], cwd=repo, check=True)
         shas.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
