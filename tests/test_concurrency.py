@@ -68,3 +68,30 @@ def test_writers_setting_the_same_new_tags_at_once_all_succeed(tracking_uri, tmp
         assert process.returncode == 0, err
     tags = client.get_run(run_id).data.tags
     assert all(tags.get(f"t{i}") in {str(w) for w in range(6)} for i in range(60))
+
+
+_FIRST_USE = AT_BARRIER + (
+    "from mlflow_perfgate.tracking._client import client, resolve_experiment\n"
+    "c = client()\n"
+    "experiment = resolve_experiment(c, 'race', create=True)\n"
+    "c.set_terminated(c.create_run(experiment).info.run_id)\n"
+)
+
+
+def test_processes_opening_one_fresh_sqlite_store_at_once_all_succeed(tmp_path):
+    # MLflow creates and migrates a SQLite store's tables in the first process that opens it; four
+    # at once (pytest -n 4, two CI jobs on one file) raced in the migrations and all but one died
+    # ("table ... already exists", "Online migration expected to match one row").
+    from conftest import REPO
+
+    uri = f"sqlite:///{tmp_path / 'fresh.db'}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": uri}
+    env.pop("MLFLOW_EXPERIMENT_NAME", None)
+    processes = start_racers(_FIRST_USE, [[] for _ in range(4)], tmp_path / "barrier", env=env,
+                             stderr=subprocess.PIPE, text=True)
+    for process in processes:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("race")
+    assert len(client.search_runs([experiment.experiment_id])) == 4

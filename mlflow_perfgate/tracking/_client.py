@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import random
 import re
@@ -22,7 +23,7 @@ from mlflow.tracking.registry import UnsupportedModelRegistryStoreURIException
 from ..rules._errors import InputError, StoreRefused, StoreUnavailable
 from ._probe import _DOWN, _UP, RETRYABLE_STATUS, ensure_reachable, mark_down  # noqa: F401 (_DOWN, _UP: tests)
 from ._redact import redact_text, redact_uri
-from ._store import _READ_ONLY, read_only, require_existing_store, unknown_scheme_text
+from ._store import _READ_ONLY, local_store_path, read_only, require_existing_store, unknown_scheme_text
 from ._schema import MAX_ENTITIES_PER_BATCH, MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
 
 __all__ = ["client", "log_batch", "read_only", "redact_text", "redact_uri", "require_existing_store", "resolve_experiment",
@@ -46,8 +47,40 @@ _UNREACHABLE_MARKERS = ("Connection refused", "Max retries exceeded", "Read time
 # (tracking URI, experiment name) -> id, for the life of the process: a series of attempts
 # resolves its experiment once, not once per attempt.
 _KNOWN_EXPERIMENTS: dict[tuple[str, str], str] = {}
+# SQLite files whose tables this process has made sure of (under the folder's lock, once).
+_SQLITE_READY: set[str] = set()
 
 
+@contextlib.contextmanager
+def _sqlite_ready(uri: str):
+    """Hold a lock on a SQLite store's folder while this process first opens it (once per process).
+
+    MLflow creates and migrates a SQLite store's tables when a process first opens it (the
+    client's constructor does). Two processes opening the same fresh file at once (``pytest -n 2``,
+    two CI jobs, a suite beside a compare) race in those migrations, and all but one fail ("table
+    ... already exists", "duplicate column name"): the first to take the lock creates the tables,
+    the others then find them made.
+    """
+    import fcntl
+
+    from ._store import store_scheme
+
+    path = local_store_path(uri) if store_scheme(uri) == "sqlite" else None
+    fd = None
+    if path is not None and path not in _SQLITE_READY:
+        try:
+            fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        except OSError:  # no folder: MLflow's own error says so
+            fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+        _SQLITE_READY.add(path)
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
 
 
 def client(*, probe: bool = True) -> MlflowClient:
@@ -74,7 +107,8 @@ def client(*, probe: bool = True) -> MlflowClient:
     if _READ_ONLY.get():
         require_existing_store(mlflow.get_tracking_uri())
     try:
-        mlflow_client = MlflowClient()
+        with _sqlite_ready(mlflow.get_tracking_uri()):
+            mlflow_client = MlflowClient()
     except UnsupportedModelRegistryStoreURIException as exc:
         raise InputError(unknown_scheme_text(mlflow.get_tracking_uri(), exc.supported_uri_schemes)) from None
     if probe:
