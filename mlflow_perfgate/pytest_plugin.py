@@ -40,9 +40,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
+import shutil
 import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -307,6 +311,19 @@ class _Gate:
         self.error: str | None = None
         self.ran = False
         self._saved_env: dict[str, str | None] = {}
+        # Under pytest-xdist every worker collects every test, and each would run the suite: the
+        # controller makes a folder the workers share and gives them its session, the first worker
+        # to need the outcomes runs the suite under a lock there, the others (and the controller's
+        # summary) read what it left.
+        self.shared: Path | None = None
+        self._own_shared = False
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None and workerinput.get("perfgate_shared"):
+            self.shared = Path(workerinput["perfgate_shared"])
+            self.session = workerinput["perfgate_session"]
+        elif getattr(config.option, "dist", "no") != "no":  # the xdist controller (-n N, --dist ...)
+            self.shared = Path(tempfile.mkdtemp(prefix="perfgate-xdist-"))
+            self._own_shared = True
         uri = config.getoption("perfgate_tracking_uri")
         if uri is not None:
             self._set_env("MLFLOW_TRACKING_URI", uri)
@@ -316,6 +333,8 @@ class _Gate:
         os.environ[name] = value
 
     def restore_environment(self) -> None:
+        if self._own_shared and self.shared is not None:
+            shutil.rmtree(self.shared, ignore_errors=True)
         for name, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -324,6 +343,13 @@ class _Gate:
         self._saved_env.clear()
 
     # hooks ----------------------------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        """xdist's controller, for each worker: the shared folder and the session's groups."""
+        if self.shared is not None:
+            node.workerinput["perfgate_shared"] = str(self.shared)
+            node.workerinput["perfgate_session"] = self.session
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.declared = {item.nodeid: item for item in session.items if declares(item) and not _skipped(item)}
@@ -366,6 +392,8 @@ class _Gate:
         return None
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config) -> None:
+        if self._own_shared and not self.declared:  # the xdist controller: what the worker that ran it left
+            self._load_shared()
         if not self.declared or not (self.ran or self.refused):
             return
         for line in summary_lines(self):
@@ -380,6 +408,53 @@ class _Gate:
         """Declare every entry and run the suite, once (never raises: each test reports what failed)."""
         if self.ran:
             return
+        if self.shared is not None and not self._own_shared:
+            self._ensure_run_shared()
+            return
+        self._ensure_run_here()
+
+    def _ensure_run_shared(self) -> None:
+        """Under xdist: run the suite in the first worker that needs it, once; the others wait and read it."""
+        import fcntl
+
+        with open(self.shared / "lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # held while the suite runs: the other workers wait here
+            if self._load_shared():
+                return
+            if (self.shared / "started").exists():  # the worker that ran it ended before writing its outcomes
+                self.ran = True
+                self.error = ("the worker that ran the suite ended before it was judged; its runs are in the "
+                              f"store under groups {self.suite_name}/{self.session}/...")
+                return
+            (self.shared / "started").write_text(os.environ.get("PYTEST_XDIST_WORKER", "?"))
+            self._ensure_run_here()
+            self._save_shared()
+
+    _SHARED_FIELDS = ("declared", "refused", "outcomes", "summary", "error")
+
+    def _save_shared(self) -> None:
+        state = {name: _plain(getattr(self, name)) for name in self._SHARED_FIELDS}
+        state["declared"] = list(self.declared)
+        tmp = self.shared / f"outcomes.{os.getpid()}.tmp"
+        with open(tmp, "wb") as handle:
+            pickle.dump(state, handle)
+        os.replace(tmp, self.shared / "outcomes.pickle")  # whole or absent, never half
+
+    def _load_shared(self) -> bool:
+        """Take the outcomes another worker left (``False``: none yet)."""
+        path = None if self.shared is None else self.shared / "outcomes.pickle"
+        if path is None or not path.exists():
+            return False
+        with open(path, "rb") as handle:
+            state = pickle.load(handle)
+        items = self.declared
+        for name in self._SHARED_FIELDS:
+            setattr(self, name, state[name])
+        self.declared = {nodeid: items.get(nodeid) for nodeid in state["declared"]}
+        self.ran = True
+        return True
+
+    def _ensure_run_here(self) -> None:
         self.ran = True
         entries = self._entries()
         if not entries:
@@ -476,6 +551,24 @@ class _Gate:
         if self.error is not None:
             return f"perfgate: the suite did not run: {self.error}"
         return "perfgate: the suite judged no entry for this test"
+
+
+def _plain(value: Any) -> Any:
+    """A copy of an outcome's figures another process can read (read-only mappings as dicts)."""
+    from collections.abc import Mapping
+
+    if isinstance(value, Outcome):
+        return dataclasses.replace(value, result=_plain(value.result))
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value) if type(value) in (list, tuple) else \
+            [_plain(item) for item in value]
+    try:
+        pickle.dumps(value)
+    except Exception:  # noqa: BLE001 - an object only this process can hold: its words
+        return repr(value)
+    return value
 
 
 def _outcome(entry: dict, result: dict, summary: dict) -> Outcome:

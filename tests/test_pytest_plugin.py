@@ -386,3 +386,47 @@ def test_the_docs_declarations_are_valid_entries(pytester):
     entries = [{"name": item.name, **declaration(item)} for item in items if declares(item)]
     assert len(entries) == 2
     parse_suite({"suite": {"name": "readme"}, "entry": entries})  # raises on any refused declaration
+
+
+@pytest.mark.slow
+def test_under_xdist_the_suite_runs_once_for_every_worker_on_a_fresh_store(pytester, tmp_path, monkeypatch):
+    pytest.importorskip("xdist")
+    uri = f"sqlite:///{tmp_path / 'fresh.db'}"  # no tables yet: the workers must not race to make them
+    folder = gate_folder(pytester, """
+        import pytest
+        from perf_fns import sleep2, sleep20, sleep20_again
+
+        pytestmark = pytest.mark.perfgate(conditions={"steps": 3, "warmup": 1}, min_valid_runs=3, attempts=6)
+
+        @pytest.mark.perfgate(baseline=sleep20, candidate=sleep2, mode="improvement")
+        def test_faster(perfgate):
+            assert perfgate.verdict == "accept"
+
+        @pytest.mark.perfgate(baseline=sleep2, candidate=sleep20, mode="non_regression")
+        def test_slower():
+            pass
+
+        @pytest.mark.perfgate(baseline=sleep20, candidate=sleep20_again, mode="non_regression")
+        def test_same():
+            pass
+
+        @pytest.mark.perfgate(baseline=sleep20_again, candidate=sleep2, mode="improvement")
+        def test_faster_too(perfgate):
+            assert perfgate.group.startswith("pytest/")
+        """)
+    result = pytester.runpytest_subprocess("-n", "2", "--perfgate", "--perfgate-tracking-uri", uri,
+                                           "--perfgate-experiment", "xdist", "-p", "no:cacheprovider", str(folder),
+                                           timeout=600)
+    out = result.stdout.str()
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 2 and outcomes.get("failed") == 1, out[-6000:]
+    assert "REJECT in suite 'pytest'" in out  # the rejected test's failure, from whichever worker read it
+    rows = table(out)  # the controller prints the table the worker that ran the suite left
+    assert sorted(rows) == sorted(f"bench/test_gate.py::test_{name}" for name in
+                                  ("faster", "slower", "same", "faster_too")), out[-4000:]
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    suites = pg.tracking.suite_decisions(experiment_name="xdist", name="pytest")
+    assert len(suites) == 1 and suites.iloc[0]["entries"] == 4  # once, not once per worker
+    frame = pg.decisions(experiment_name="xdist", suite="pytest")
+    assert len(frame) == 4 and frame["group"].nunique() == 4
