@@ -1276,13 +1276,14 @@ class _Comparison:
         return evaluate_group(self.group, experiment_name=plan.experiment_name, objective=plan.objective,
                               **{**plan.evaluate_kwargs, **look_at})
 
-    def stop(self, exc: BaseException) -> None:
-        """The attempt in flight a failed attempt, its run KILLED, and the comparison run KILLED, saying why
-        (a second stopping signal meanwhile is raised once every run is ended)."""
+    def stop(self, exc: BaseException, *, by: str = "compare") -> None:
+        """The round measured before the stop written, the attempts in flight or started ahead withdrawn
+        (KILLED, no failure of their arm), and the comparison run KILLED, saying why (a second stopping
+        signal meanwhile is raised once every run is ended). ``by``: what stopped (``compare``, ``suite``)."""
         with _signal_held():
-            self._stop(exc)
+            self._stop(exc, by)
 
-    def _stop(self, exc: BaseException) -> None:
+    def _stop(self, exc: BaseException, by: str = "compare") -> None:
         from .tracking import end_run
 
         if self.unreported is not None:  # measured before the stop: written as measured, nothing lost
@@ -1296,7 +1297,7 @@ class _Comparison:
             signal_name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else reason.rpartition(" ")[2]
             who = f"stopped by the operator ({signal_name})"
         else:
-            who = f"compare stopped ({reason})"
+            who = f"{by} stopped ({reason})"
         for started in self.in_flight:  # never a failure of its arm: withdrawn, counted in no failure rate
             with contextlib.suppress(Exception):
                 started.withdraw(f"{who} while this attempt ran: not a failure of its arm")
@@ -1304,7 +1305,7 @@ class _Comparison:
             with contextlib.suppress(Exception):
                 started.withdraw(f"{who} before this attempt's round ran")
         try:
-            end_run(self.comparison_id, "KILLED", reason=f"compare stopped before its decision: {reason}")
+            end_run(self.comparison_id, "KILLED", reason=f"{by} stopped before its decision: {reason}")
         except Exception:  # the server may be what failed; the original error matters
             pass
 

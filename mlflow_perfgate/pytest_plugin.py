@@ -465,7 +465,14 @@ class _Gate:
             os.environ["PYTHONPATH"] = os.pathsep.join(roots + ([saved] if saved else []))
         try:
             self._run(entries)
-        except Exception as exc:  # every declared test fails with it; the traceback is kept
+        except BaseException as exc:
+            if type(exc).__name__ == "Terminated":  # SIGTERM (harness.Terminated): the suite ended its runs
+                self.error = str(exc)
+                pytest.exit(f"perfgate: {exc}; the suite's runs were ended KILLED and the session stops",
+                            returncode=143)
+            if not isinstance(exc, Exception):  # Ctrl-C: pytest's own interrupt (exit 2)
+                raise
+            # every declared test fails with it; the traceback is kept
             import traceback
 
             from .rules._errors import PerfgateError

@@ -50,6 +50,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import signal
+import threading
 import time
 import urllib.parse
 from typing import Any, Callable, Iterable
@@ -278,7 +280,12 @@ def run_entries_on_ray(
         raise InputError("dispatching to a Ray cluster needs Ray: pip install 'mlflow-perfgate[ray]'") from None
     owned = not ray.is_initialized()
     if owned:
+        before = signal.getsignal(signal.SIGTERM)
         ray.init(address=address, logging_level="WARNING")
+        if callable(before) and threading.current_thread() is threading.main_thread():
+            # ray.init puts its own SIGTERM handler in (it prints and exits 1): the caller's stays, so a
+            # stopped suite ends its runs and exits 143 as compare does
+            signal.signal(signal.SIGTERM, before)
     try:
         return _Dispatch(ray, entries, run_entry, cpus_per_node=cpus_per_node, gpus=gpus, timeout_s=timeout_s,
                          on_lost=on_lost, max_reruns=max_reruns, env=env, poll_s=poll_s, on_start=on_start).run()

@@ -512,7 +512,7 @@ def _recorded_looks(suite: SuiteSpec) -> dict[str, int | None]:
 
 
 def run_entry(entry: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None = None, resume: bool = False,
-              on_attempt: Callable[[str, Any], None] | None = None) -> dict:
+              on_attempt: Callable[[str, Any], None] | None = None, running: list | None = None) -> dict:
     """Run one entry whole: its attempts in ABBA rounds, more while its own rule answers rerun (``until_decisive``).
 
     The unit a dispatcher to other machines runs as one task: it needs the entry, the suite
@@ -521,31 +521,47 @@ def run_entry(entry: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None = 
     rule is the entry's own decision; the suite's error control holds whatever rule stops the
     entries, because each look's test is held to its share spent at that look.
 
+    ``running``: the caller's list of running entries, which a stop ends (:func:`run`'s); without it
+    (a task of its own, on a Ray node) a stop or an error ends the entry's runs here.
+
     Returns:
         ``{"name", "group", "comparison_run_id", "attempts_per_arm", "look", "max_looks", "deferred"}``.
     """
     if not entry.runs:
         return {"name": entry.name, "group": entry.group, "comparison_run_id": None, "attempts_per_arm": None,
                 "look": None, "max_looks": None, "deferred": []}
-    runners = _Runners()
-    try:
-        running = _Entry(entry, suite, suite_run_id=suite_run_id, resume=resume, runners=runners)
-        while running.initial_left:
-            running.run_round(min(ROUND, running.initial_left), on_attempt)
-        while running.extra_left():
-            from .tracking import evaluate_group
+    from .harness import _terminate_as_exception
 
-            interim = evaluate_group(entry.group, experiment_name=suite.experiment, policy=entry.policy,
-                                     env_mismatch=entry.env_mismatch, look=running.look(),
-                                     max_looks=entry.max_looks, dry_run=True)
-            if interim["decision"] != "rerun" or interim["reason"] not in ("insufficient_valid_runs", "inconclusive"):
-                break
-            running.run_round(min(ROUND, running.extra_left()), on_attempt)
-    finally:
-        runners.close()
-    return {"name": entry.name, "group": entry.group, "comparison_run_id": running.comparison_id,
-            "attempts_per_arm": running.done, "look": running.look(), "max_looks": entry.max_looks,
-            "deferred": running.deferred}
+    runners = _Runners()
+    item = None
+    with contextlib.ExitStack() as stack:
+        if running is None:  # a task of its own: SIGTERM is Terminated here, as in compare
+            stack.enter_context(_terminate_as_exception())
+        stack.callback(runners.close)
+        try:
+            item = _Entry(entry, suite, suite_run_id=suite_run_id, resume=resume, runners=runners)
+            if running is not None:
+                running.append(item)
+            while item.initial_left:
+                item.run_round(min(ROUND, item.initial_left), on_attempt)
+            while item.extra_left():
+                from .tracking import evaluate_group
+
+                interim = evaluate_group(entry.group, experiment_name=suite.experiment, policy=entry.policy,
+                                         env_mismatch=entry.env_mismatch, look=item.look(),
+                                         max_looks=entry.max_looks, dry_run=True)
+                if interim["decision"] != "rerun" or interim["reason"] not in ("insufficient_valid_runs",
+                                                                               "inconclusive"):
+                    break
+                item.run_round(min(ROUND, item.extra_left()), on_attempt)
+        except BaseException as exc:
+            if item is not None and running is None:
+                with contextlib.suppress(Exception):  # the original error matters
+                    item.rounds.stop(exc, by="suite entry")
+            raise
+    return {"name": entry.name, "group": entry.group, "comparison_run_id": item.comparison_id,
+            "attempts_per_arm": item.done, "look": item.look(), "max_looks": entry.max_looks,
+            "deferred": item.deferred}
 
 
 _CONTINUE = ("insufficient_valid_runs", "inconclusive", "not_significant_in_suite")
@@ -588,11 +604,13 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
                                    running, outcomes)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
-        for run_id in [item.comparison_id for item in running] + [suite_run_id]:
-            if run_id is None:  # stopped before the suite run was created: nothing to end
-                continue
-            with contextlib.suppress(Exception):  # the server may be what failed; the original error matters
-                end_run(run_id, "KILLED", reason=f"suite stopped before its decision: {reason}")  # end_run fits it
+        with _signal_held():  # a second signal meanwhile is raised once every run is ended
+            for item in running:  # compare's stop: the round measured before it written, the rest withdrawn
+                with contextlib.suppress(Exception):  # the server may be what failed; the original error matters
+                    item.rounds.stop(exc, by="suite")
+            if suite_run_id is not None:  # None: stopped before the suite run was created, nothing to end
+                with contextlib.suppress(Exception):
+                    end_run(suite_run_id, "KILLED", reason=f"suite stopped before its decision: {reason}")
         raise
     finally:
         runners.close()
@@ -617,9 +635,9 @@ def _run_entries(suite: SuiteSpec, suite_run_id: str, resume: bool, on_attempt, 
                 on_attempt(label, result)
 
         if suite.interleave == "entries":
-            for entry in suite.entries:
+            for entry in suite.entries:  # each entry's _Entry joins ``running``: a stop ends its runs
                 outcomes[entry.name] = run_entry(entry, suite, suite_run_id=suite_run_id, resume=resume,
-                                                 on_attempt=counted)
+                                                 on_attempt=counted, running=running)
         else:
             for entry in suite.entries:  # one by one: a refused group leaves the others' runs to end KILLED
                 if entry.runs:
@@ -703,10 +721,36 @@ def run_on_ray(suite: SuiteSpec, address: str, *, parent_run_id: str | None = No
     Returns:
         ``evaluate_suite``'s result, with ``ray``: each entry's dispatch state, node and group.
     """
+    from .harness import Terminated, _signal_held, _terminate_as_exception
+    from .tracking import end_run
+
+    suite_run_id = None
+    try:
+        with _terminate_as_exception():  # SIGTERM is Terminated (ray.init's own handler is put back)
+            with _signal_held():
+                suite_run_id = start(suite, parent_run_id=parent_run_id)
+            return _judge_on_ray(suite, suite_run_id, address, gpus=gpus, cpus_per_node=cpus_per_node,
+                                 timeout_s=timeout_s, stale_after_s=stale_after_s, on_lost=on_lost)
+    except BaseException as exc:
+        # A signal's exception raised while Ray's core worker waits comes out as a SystemError around it
+        stop = next((e for e in (exc, exc.__cause__, exc.__context__) if isinstance(e, (Terminated,
+                                                                                      KeyboardInterrupt))), None)
+        if suite_run_id is not None:  # the entries' runs are ended on their nodes, or by the dispatcher
+            cause = stop or exc
+            reason = str(cause) if isinstance(cause, Terminated) else f"{type(cause).__name__}: {cause}"
+            with _signal_held(), contextlib.suppress(Exception):
+                end_run(suite_run_id, "KILLED", reason=f"suite stopped before its decision: {reason}")
+        if stop is not None and stop is not exc:
+            raise stop from None
+        raise
+
+
+def _judge_on_ray(suite: SuiteSpec, suite_run_id: str, address: str, *, gpus: int, cpus_per_node: float | None,
+                  timeout_s: float, stale_after_s: float | None, on_lost: str) -> dict:
+    """:func:`run_on_ray` once its suite run exists: the entries dispatched, then judged."""
     from .ray_dispatch import run_entries_on_ray
     from .tracking._suite import evaluate_suite
 
-    suite_run_id = start(suite, parent_run_id=parent_run_id)
     running = [entry for entry in suite.entries if entry.runs]
     items = [{"group": entry.group, "experiment_name": suite.experiment, "entry": entry, "suite": suite,
               "suite_run_id": suite_run_id} for entry in running]

@@ -344,6 +344,60 @@ change = {{num_workers = 1}}
     assert exit_info.value.code == 2 and "--resume is not taken with --ray" in capsys.readouterr().err
 
 
+#: ``mlflow-perfgate`` in a fresh process that connects to the loopback cluster as given (``keep_loopback``'s).
+_LOOPBACK_CLI = ("import ray._private.services as s; s.resolve_ip_for_localhost = lambda h: h; import sys; "
+                 "sys.argv = ['mlflow-perfgate'] + sys.argv[1:]; from mlflow_perfgate.cli import entry; entry()")
+
+
+@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.ray
+def test_a_sigterm_to_suite_run_on_the_cluster_ends_the_suite_run_and_exits_143(on_cluster, mlflow_server, tmp_path):
+    """ray.init puts its own SIGTERM handler in (it printed and exited 1, the suite run left RUNNING)."""
+    import signal
+    import subprocess
+    import sys
+
+    from mlflow_perfgate.tracking import TAG
+
+    experiment = os.environ["MLFLOW_EXPERIMENT_NAME"]
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f"""
+[suite]
+name = "on-ray-stopped"
+experiment = "{experiment}"
+
+[defaults]
+mode = "non_regression"
+attempts = 4
+set = {{input_shape = "2,16", steps = 2, warmup = 1}}
+thresholds = {{min_valid_runs = 2}}
+
+[[entry]]
+name = "checkpoint"
+change = {{checkpoint = true}}
+""", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "RAY_USAGE_STATS_ENABLED": "0"}
+    process = subprocess.Popen([sys.executable, "-c", _LOOPBACK_CLI, "suite", "run", str(suite), "--ray",
+                                on_cluster.address, "--format", "json"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    client = MlflowClient(mlflow_server)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:  # an attempt running on a node
+        found = client.get_experiment_by_name(experiment)  # the test's own experiment (on_cluster's)
+        if found and client.search_runs([found.experiment_id], f"tags.`{TAG.KIND}` = 'attempt'"):
+            break
+        time.sleep(0.3)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=240)
+    assert process.returncode == 143, err[-3000:]
+    assert out == ""  # no half summary on stdout
+    found = client.get_experiment_by_name(experiment)
+    [suite_run] = [r for r in client.search_runs([found.experiment_id], f"tags.`{TAG.KIND}` = 'suite'")
+                   if r.data.tags.get("perfgate.suite") == "on-ray-stopped"]
+    assert suite_run.info.status == "KILLED" and "terminated by SIGTERM" in suite_run.data.tags[TAG.END_REASON]
+
+
 @pytest.mark.slow
 @pytest.mark.server
 @pytest.mark.ray

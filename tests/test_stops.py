@@ -106,3 +106,99 @@ def test_a_twin_resume_of_a_running_comparison_is_refused(sqlite_uri):
     assert first.returncode == 143, err
     pairs = [(run.data.tags[TAG.ARM], run.data.tags[TAG.PAIR]) for run in attempts()]
     assert pairs and len(pairs) == len(set(pairs))  # no round number twice: the twin started none
+
+
+_SUITE = """
+[suite]
+name = "stopped"
+interleave = "{order}"
+
+[defaults]
+workload = "{workload}"
+attempts = 4
+set = {{model = "m", input_shape = "1,1", batch_size = 1, dtype = "fp32", device = "cpu", measurement_method = "wall_ms", warmup = 1, steps = 30, step_ms = 2, width = 1}}
+thresholds = {{min_valid_runs = 2}}
+mode = "non_regression"
+
+[[entry]]
+name = "one"
+change = {{width = 2}}
+
+[[entry]]
+name = "two"
+change = {{width = 3}}
+"""
+
+
+def _stop_after_finished(process, count: int, signum) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        if sum(run.info.status == "FINISHED" for run in attempts()) >= count:
+            break
+        time.sleep(0.1)
+    process.send_signal(signum)
+
+
+def _nothing_running_and_nothing_measured_lost() -> list:
+    runs = MlflowClient().search_runs(["0"], max_results=500)
+    assert all(run.info.status != "RUNNING" for run in runs), [(run.data.tags.get(TAG.KIND), run.info.status)
+                                                              for run in runs if run.info.status == "RUNNING"]
+    for run in runs:
+        if run.data.tags.get(TAG.KIND) == "attempt" and run.info.status == "KILLED":
+            assert run.data.tags[TAG.EXCLUDED] == "true" and "stopped by the operator" in run.data.tags[TAG.FAILURE]
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["rounds", "entries"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_stopped_suite_leaves_no_run_running_and_withdraws_what_it_cut(sqlite_uri, tmp_path, order, signum):
+    # The suite's stop is compare's: the round measured before it written, the attempts in flight withdrawn,
+    # the entries' comparison runs and the suite run KILLED (entries run whole, one after another, too).
+    (tmp_path / "suite.toml").write_text(_SUITE.format(order=order, workload=HOSTILE), encoding="utf-8")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": sqlite_uri, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "mlflow_perfgate", "suite", "run", str(tmp_path / "suite.toml"),
+                                "--no-progress"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    _stop_after_finished(process, 2, signum)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == {signal.SIGTERM: 143, signal.SIGINT: 130}[signum], err
+    runs = _nothing_running_and_nothing_measured_lost()
+    kinds = {run.data.tags.get(TAG.KIND): run.info.status for run in runs if run.data.tags.get(TAG.KIND) != "attempt"}
+    assert kinds == {"suite": "KILLED", "comparison": "KILLED"}, kinds
+    assert sum(run.info.status == "FINISHED" for run in runs) >= 2  # what was measured before the stop stays
+
+
+_PYTEST_GATE = """
+import pytest
+
+@pytest.mark.perfgate(workload="{workload}", conditions={conditions!r}, change={{"width": 2}}, attempts=4,
+                      mode="non_regression", min_valid_runs=2)
+def test_one():
+    pass
+
+@pytest.mark.perfgate(workload="{workload}", conditions={conditions!r}, change={{"width": 3}}, attempts=4,
+                      mode="non_regression", min_valid_runs=2)
+def test_two():
+    pass
+
+def test_after():
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_a_sigterm_under_pytest_ends_the_session_with_its_runs_ended(sqlite_uri, tmp_path):
+    conditions = {"model": "m", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32", "device": "cpu",
+                  "measurement_method": "wall_ms", "warmup": 1, "steps": 30, "step_ms": 2, "width": 1}
+    (tmp_path / "test_gate.py").write_text(_PYTEST_GATE.format(workload=HOSTILE, conditions=conditions))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": sqlite_uri, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "pytest", "--perfgate", "-p", "no:cacheprovider", "-rA",
+                                str(tmp_path / "test_gate.py")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    _stop_after_finished(process, 2, signal.SIGTERM)
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 143, out[-3000:]
+    assert "the session stops" in out and "PASSED test_gate.py::test_after" not in out, out[-3000:]
+    runs = _nothing_running_and_nothing_measured_lost()
+    assert {run.info.status for run in runs if run.data.tags.get(TAG.KIND) == "suite"} == {"KILLED"}
