@@ -581,6 +581,8 @@ def _terminate_as_exception():
 
     def handler(signum, frame):
         if _HELD["depth"]:  # a run is being created or written: raised once it is, and its id kept
+            if _HELD["pending"] is None and _HELD["grace_s"] is not None:  # a tail: waited for, not forever
+                signal.setitimer(signal.ITIMER_REAL, _HELD["grace_s"])
             _HELD["pending"] = _HELD["pending"] or signum
             return
         raise _stop_for(signum)
@@ -604,7 +606,9 @@ def _stop_for(signum: int) -> BaseException:
 
 
 #: :func:`_terminate_as_exception`'s handler holds SIGTERM and SIGINT while ``depth`` > 0 (see :func:`_signal_held`).
-_HELD: dict[str, Any] = {"depth": 0, "pending": None}
+_HELD: dict[str, Any] = {"depth": 0, "pending": None, "grace_s": None}
+#: How long a stopping signal waits for a round's tail once its measured steps are over (:func:`_tail_held`).
+TAIL_GRACE_S = 3.0
 
 
 @contextlib.contextmanager
@@ -621,6 +625,34 @@ def _signal_held():
     if not _HELD["depth"] and _HELD["pending"]:
         signum, _HELD["pending"] = _HELD["pending"], None
         raise _stop_for(signum)
+
+
+@contextlib.contextmanager
+def _tail_held(grace_s: float = TAIL_GRACE_S):
+    """A round's tail after its measured steps (each arm's quality, memory record, probe: a fraction of a
+    second): a stopping signal that comes then waits for the tail, so the round's measured attempts are
+    written, not withdrawn; a tail still running ``grace_s`` after the signal is interrupted by it (the
+    round withdrawn, as before). Only where :func:`_terminate_as_exception` holds the signals (the main
+    thread); elsewhere the block runs as it is."""
+    if (threading.current_thread() is not threading.main_thread() or _HELD["grace_s"] is not None
+            or not callable(signal.getsignal(signal.SIGTERM))):
+        yield
+        return
+
+    def overdue(signum, frame):  # the grace is over: the held signal is raised inside the tail
+        pending, _HELD["pending"] = _HELD["pending"], None
+        if pending:
+            raise _stop_for(pending)
+
+    previous = signal.signal(signal.SIGALRM, overdue)
+    _HELD["grace_s"] = grace_s
+    try:
+        with _signal_held():
+            yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        _HELD["grace_s"] = None
 
 
 def compare(
@@ -1149,7 +1181,12 @@ class _Comparison:
                 if not last and self.rounds_logged and pending.measured():
                     for arm in self._order(pair + 1):
                         self._start(arm, pair + 1, ahead=True)
-                results = pending.finish()
+                if pending.measured():  # only the tail is left: a stop waits for it (briefly), nothing is lost
+                    with _tail_held():  # a signal held meanwhile is raised at its end: the round is stop()'s
+                        results = pending.finish()
+                        self.unreported = (order, started, results)
+                else:
+                    results = pending.finish()
             except BaseException:  # a child not let through ends without measuring
                 pending.cancel()
                 raise

@@ -202,3 +202,27 @@ def test_a_sigterm_under_pytest_ends_the_session_with_its_runs_ended(sqlite_uri,
     assert "the session stops" in out and "PASSED test_gate.py::test_after" not in out, out[-3000:]
     runs = _nothing_running_and_nothing_measured_lost()
     assert {run.info.status for run in runs if run.data.tags.get(TAG.KIND) == "suite"} == {"KILLED"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interleave", ["steps", "lockstep"])
+def test_a_stop_during_a_round_s_tail_waits_for_it_and_writes_the_round(sqlite_uri, tmp_path, interleave):
+    # The measured steps were over, each arm's quality still running: the stop used to cancel the round and
+    # withdraw both measured attempts. It now waits for the tail (briefly) and writes them.
+    markers = tmp_path / "tails"
+    markers.mkdir()
+    argv = [a for a in COMPARE if a != "--set=steps=30"] + [
+        "--set=steps=5", "--set=quality_s=0.4", f"--set=tail_marker={markers}", "--interleave", interleave]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": sqlite_uri}
+    process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None and not any(markers.iterdir()):
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    runs = _nothing_running_and_nothing_measured_lost()
+    first = [run for run in runs if run.data.tags.get(TAG.KIND) == "attempt" and run.data.tags[TAG.PAIR] == "0"]
+    assert sorted(run.info.status for run in first) == ["FINISHED", "FINISHED"], \
+        [(run.info.status, run.data.tags.get(TAG.FAILURE)) for run in first]
+    assert all(run.data.tags[TAG.OK] == "true" for run in first)

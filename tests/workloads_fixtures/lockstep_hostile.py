@@ -5,7 +5,8 @@ or, from step ``fail_at`` on (counting warm-up steps), ``kill`` (SIGKILL to its 
 ``segv`` (a null read), ``exit`` (``os._exit(3)``), ``hang`` (sleeps ``sleep_s``), ``raise`` (an
 exception), ``garble`` (writes junk into every pipe it holds open for writing, as a workload that
 leaves the lockstep protocol would, then steps normally). ``build`` and ``width`` make a factory
-that fails (``make``'s docstring). Standard library only.
+that fails (``make``'s docstring). ``quality_s``: the quality (the tail, after the measured steps) sleeps
+that long, first writing a file into the folder ``tail_marker`` names. Standard library only.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class _Stepper:
         self.fail_at = int(conditions.get("fail_at", 3))
         self.step_s = float(conditions.get("step_ms", 1.0)) / 1e3
         self.sleep_s = float(conditions.get("sleep_s", 600))
+        self.quality_s = float(conditions.get("quality_s", 0))
+        self.tail_marker = conditions.get("tail_marker")
         self.calls = 0
 
     def step(self) -> float:
@@ -65,6 +68,9 @@ class _Stepper:
         return 1.0
 
     def quality(self) -> float:
+        if self.tail_marker:  # a folder: the tail (after the measured steps) says it began
+            open(os.path.join(str(self.tail_marker), f"tail-{os.getpid()}-{time.monotonic_ns()}"), "w").close()
+        time.sleep(self.quality_s)
         return 0.5
 
 
