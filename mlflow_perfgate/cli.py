@@ -1397,8 +1397,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):  # click's word for Ctrl-C
-            click.echo("Error: interrupted (Ctrl-C): a running attempt was ended and its comparison run marked KILLED",
-                       err=True)
+            click.echo("Error: interrupted (Ctrl-C): every run it had started was ended (what was measured written, "
+                       "the attempts cut short withdrawn, the comparison or suite run KILLED)", err=True)
             sys.exit(EXIT_INTERRUPTED)
         _fail("aborted")
     except click.ClickException as exc:
@@ -1406,8 +1406,8 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as exc:
         if type(exc).__name__ != "Terminated":  # harness.Terminated: SIGTERM reached a comparison
             raise
-        click.echo(f"Error: stopped, {exc}: the running attempt was ended and the comparison run marked KILLED",
-                   err=True)
+        click.echo(f"Error: stopped, {exc}: every run it had started was ended (what was measured written, the "
+                   "attempts cut short withdrawn, the comparison or suite run KILLED)", err=True)
         sys.exit(EXIT_TERMINATED)
     sys.exit(0)
 
