@@ -756,6 +756,7 @@ def _judge_on_ray(suite: SuiteSpec, suite_run_id: str, address: str, *, gpus: in
               "suite_run_id": suite_run_id} for entry in running]
     outcomes = run_entries_on_ray(address, items, _ray_task, cpus_per_node=cpus_per_node, gpus=gpus,
                                   timeout_s=timeout_s, on_lost=on_lost) if items else []
+    _refuse_setup_errors(running, outcomes)
     groups = {entry.name: outcome.group or entry.group for entry, outcome in zip(running, outcomes)}
     judged = dataclasses.replace(suite, entries=tuple(
         dataclasses.replace(entry, group=groups.get(entry.name, entry.group)) for entry in suite.entries))
@@ -771,6 +772,31 @@ def _judge_on_ray(suite: SuiteSpec, suite_run_id: str, address: str, *, gpus: in
                        "node_id": outcome.node_id, "reason": outcome.reason, "tries": len(outcome.tries)}
                       for entry, outcome in zip(running, outcomes)]
     return summary
+
+
+#: An entry's task that raised one of these on its node failed in its setup (its workload could not be
+#: imported or built there, a condition it cannot read), not in what it measured.
+_SETUP_FAILURES = ("WorkloadFailed", "WorkloadRefused", "InputError", "SingleVariableError", "MissingField",
+                   "RuleTypeError", "PolicyError")
+
+
+def _refuse_setup_errors(running: list, outcomes: list) -> None:
+    """An entry whose node could not set it up stops the suite: exit 2, one line naming the entry and the
+    cause (a module the node cannot import, say), nothing judged.
+
+    Raises:
+        WorkloadFailed: the first such entry, its node and its cause.
+    """
+    from .errors import WorkloadFailed
+    from .ray_dispatch import FAILED
+
+    for entry, outcome in zip(running, outcomes):
+        reason = outcome.reason or ""
+        if outcome.state == FAILED and any(reason.startswith(f"entry_failed: {name}: ") for name in _SETUP_FAILURES):
+            cause = reason.split(": ", 2)[2]
+            raise WorkloadFailed(f"suite entry {entry.name!r} could not be set up on Ray node {outcome.node_id}: "
+                                 f"{cause} (the suite was not judged; every node must be able to import the "
+                                 "workload: install it there or pass it in a runtime_env)")
 
 
 def start(suite: SuiteSpec, *, parent_run_id: str | None = None) -> str:

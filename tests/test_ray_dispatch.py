@@ -344,6 +344,55 @@ change = {{num_workers = 1}}
     assert exit_info.value.code == 2 and "--resume is not taken with --ray" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.ray
+def test_an_entry_whose_node_cannot_import_its_workload_is_a_setup_error(on_cluster, mlflow_server, tmp_path,
+                                                                          capsys, monkeypatch):
+    """The workload imports a package only this machine has (the nodes lack it): each node fails the entry's
+    first round; exit 2, one line naming the entry and the cause, nothing judged."""
+    from mlflow_perfgate.cli import main
+    from mlflow_perfgate.tracking import TAG
+
+    (tmp_path / "only_here_bench.py").write_text(
+        "import os\n"
+        "if os.environ.get('ONLY_HERE_BENCH') != '1':  # the nodes' environment lacks this package\n"
+        "    raise ModuleNotFoundError(\"No module named 'only_on_the_driver'\", name='only_on_the_driver')\n"
+        "from mlflow_perfgate.workloads.tinylm import make_workload as make\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("ONLY_HERE_BENCH", "1")  # not passed to the nodes (the dispatcher passes MLflow's only)
+    experiment = os.environ["MLFLOW_EXPERIMENT_NAME"]
+    suite = tmp_path / "suite.toml"
+    suite.write_text(f"""
+[suite]
+name = "on-ray-unimportable"
+experiment = "{experiment}"
+
+[defaults]
+workload = "only_here_bench:make"
+mode = "non_regression"
+attempts = 2
+set = {{model = "TinyLM", input_shape = "2,16", batch_size = 2, dtype = "fp32", device = "cpu", measurement_method = "wall_median_step_ms", steps = 2, warmup = 1, checkpoint = false}}
+thresholds = {{min_valid_runs = 2}}
+
+[[entry]]
+name = "checkpoint"
+change = {{checkpoint = true}}
+""", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["suite", "run", str(suite), "--ray", on_cluster.address, "--format", "json"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2, out + err
+    assert out == ""  # nothing judged, no summary
+    line = err.strip().splitlines()[-1]
+    assert "suite entry 'checkpoint' could not be set up on Ray node" in line and "only_on_the_driver" in line, err
+    client = MlflowClient(mlflow_server)
+    found = client.get_experiment_by_name(experiment)
+    [suite_run] = [r for r in client.search_runs([found.experiment_id], f"tags.`{TAG.KIND}` = 'suite'")
+                   if r.data.tags.get("perfgate.suite") == "on-ray-unimportable"]
+    assert suite_run.info.status == "KILLED" and TAG.DECISION not in suite_run.data.tags
+
+
 #: ``mlflow-perfgate`` in a fresh process that connects to the loopback cluster as given (``keep_loopback``'s).
 _LOOPBACK_CLI = ("import ray._private.services as s; s.resolve_ip_for_localhost = lambda h: h; import sys; "
                  "sys.argv = ['mlflow-perfgate'] + sys.argv[1:]; from mlflow_perfgate.cli import entry; entry()")
