@@ -62,6 +62,10 @@ def test_a_stopped_comparison_resumed_completes_its_rounds_and_counts_no_stop_as
 
     result = json.loads(resumed.stdout)
     assert result["reason"] not in ("unreliable_candidate", "unreliable_baseline")
+    assert sorted(result["excluded_runs"]) == sorted(run.info.run_id for run in cut)
+    if cut:  # the report lists what the stop withdrew, and why
+        [listed] = [w for w in result["warnings"] if "withdrawn or forgotten, not judged" in w]
+        assert all(run.info.run_id in listed for run in cut) and "stopped by the operator (SIG" in listed, listed
     for arm in ("baseline", "candidate"):
         assert result[arm]["failed_runs"] == 0 and result[arm]["attempted_runs"] == 6
 

@@ -70,8 +70,10 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
     """
     excluded = [v for v in views if v.state == "excluded"]
     views = [v for v in views if v.state != "excluded"]
-    notes = [f"{len(excluded)} attempts excluded by 'forget' are not judged: "
-             + ", ".join(f"{v.run_id} ({v.failure})" for v in excluded[:10])] if excluded else []
+    # withdrawn (a stop by the operator, the other arm's crash in a shared child) or taken out by 'forget'
+    notes = [f"{len(excluded)} attempt{'s' if len(excluded) > 1 else ''} withdrawn or forgotten, not judged and in "
+             "no failure rate: " + "; ".join(f"{v.arm} {v.run_id} ({v.failure})" for v in excluded[:10])
+             + ("; ..." if len(excluded) > 10 else "")] if excluded else []
     excluded_runs = tuple(v.run_id for v in excluded)
     judged = records(views)
     invalid = [v for v in views if v.validity and not v.validity["run_valid"]]
