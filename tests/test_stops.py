@@ -230,3 +230,26 @@ def test_a_stop_during_a_round_s_tail_waits_for_it_and_writes_the_round(sqlite_u
     assert sorted(run.info.status for run in first) == ["FINISHED", "FINISHED"], \
         [(run.info.status, run.data.tags.get(TAG.FAILURE)) for run in first]
     assert all(run.data.tags[TAG.OK] == "true" for run in first)
+
+
+_PIPELINE = [sys.executable, "-m", "mlflow_perfgate", "pipeline", "--set", "input_shape=2,16", "--set", "warmup=1",
+             "--steps", "2", "--comparison-steps", "30", "--attempts", "8", "--fallback-change", "checkpoint=true",
+             "--no-progress"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, signum", [
+    (_PIPELINE, signal.SIGTERM),
+    ([*COMPARE, "--until-decisive", "--max-attempts", "12"], signal.SIGINT),
+], ids=["pipeline-sigterm", "until-decisive-ctrl-c"])
+def test_the_main_job_and_a_decisive_comparison_stop_as_compare_does(sqlite_uri, command, signum):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": sqlite_uri}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    _stop_after_finished(process, 2, signum)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == {signal.SIGTERM: 143, signal.SIGINT: 130}[signum], err
+    runs = _nothing_running_and_nothing_measured_lost()
+    [comparison] = [run for run in runs if run.data.tags.get(TAG.KIND) == "comparison"]
+    assert comparison.info.status == "KILLED" and "stopped before its decision" in comparison.data.tags[TAG.END_REASON]
+    assert sum(run.info.status == "FINISHED" and run.data.tags.get(TAG.KIND) == "attempt" for run in runs) >= 2
