@@ -60,7 +60,8 @@ def test_plain():
     assert True
 
 
-@pytest.mark.perfgate(baseline=sleep20, candidate=sleep20_again, attempts=5)
+# identical sleeps: a wide margin and tail bound, so that a busy machine's jitter cannot make the accept a rerun
+@pytest.mark.perfgate(baseline=sleep20, candidate=sleep20_again, attempts=5, margin=0.5, maximum_p95_ratio=1.5)
 def test_accept(perfgate):
     assert perfgate.verdict == "accept" and perfgate.decision_run_id
     assert perfgate.ratio_ci_low <= perfgate.ratio <= perfgate.ratio_ci_high
