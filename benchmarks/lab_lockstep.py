@@ -386,22 +386,13 @@ def report(found: dict, kinds: list[str]) -> str:
     lines.append("\n## The gate on a change that does nothing (identical arms, non_regression, margin 5%)\n")
     lines.append("Passed (accept: not slower beyond the margin) at 10 rounds, k/n of separate comparisons; the rest "
                  "are reruns or false alarms (the targets above count those).\n")
-    lines.append("| kind | " + " | ".join(sources) + " |")
-    lines.append("|---|" + "---|" * len(sources))
-    for kind in kinds:
-        cells = [counts.get((kind, source, 0.0, 10, "paired/p10", "gate_passes")) for source in sources]
-        if any(cells):
-            lines.append(f"| {kind} | " + " | ".join(_short(c) for c in cells) + " |")
+    lines += _kind_table(kinds, sources, lambda kind, source: counts.get((kind, source, 0.0, 10, "paired/p10",
+                                                                          "gate_passes")), _short)
     lines.append("\n## Within-round spread (sd of each round's log p10 ratio, median over a cell's comparisons)\n")
     lines.append("What a round's pairing leaves of the machine's noise: the smaller, the smaller an effect the "
                  "paired method resolves in 10 rounds.\n")
-    lines.append("| kind | " + " | ".join(sources) + " |")
-    lines.append("|---|" + "---|" * len(sources))
-    for kind in kinds:
-        cells = [found["spreads"].get((kind, source)) for source in sources]
-        if any(cells):
-            lines.append(f"| {kind} | " + " | ".join(f"{statistics.median(c):.4f}" if c else "n/a" for c in cells)
-                         + " |")
+    lines += _kind_table(kinds, sources, lambda kind, source: found["spreads"].get((kind, source)),
+                         lambda cell: f"{statistics.median(cell):.4f}" if cell else "n/a")
     lines.append("\n## Wall time of a comparison, by source (median seconds; 10 and 20 rounds)\n")
     lines.append("| kind | " + " | ".join(f"{s} (10)" for s in sources) + " | revision / steps (10) |")
     lines.append("|---|" + "---|" * (len(sources) + 1))
@@ -417,6 +408,16 @@ def report(found: dict, kinds: list[str]) -> str:
     lines.append(f"\nThe offline judge agrees with the commands' own decisions (improvement mode, all rounds) in "
                  f"{agree[0]} of {agree[1]} comparisons.")
     return "\n".join(lines)
+
+
+def _kind_table(kinds, sources, cell, shown) -> list[str]:
+    """A table of a row per neighbour kind (those with any cell) and a column per source."""
+    lines = ["| kind | " + " | ".join(sources) + " |", "|---|" + "---|" * len(sources)]
+    for kind in kinds:
+        cells = [cell(kind, source) for source in sources]
+        if any(cells):
+            lines.append(f"| {kind} | " + " | ".join(shown(c) for c in cells) + " |")
+    return lines
 
 
 def _short(cell) -> str:
