@@ -149,6 +149,8 @@ class EntryOutcome:
         node_id: the Ray node of the last try; ``None`` if none ran it.
         reason: why it is not ``decided``, else ``None``.
         tries: every try, in order.
+        setup_error: ``failed`` in its setup on the node (the task raised an error the user fixes: a
+            workload module or package the node lacks, a condition it cannot read), not in what it measured.
     """
 
     entry: dict
@@ -158,6 +160,7 @@ class EntryOutcome:
     node_id: str | None = None
     reason: str | None = None
     tries: tuple[Try, ...] = ()
+    setup_error: bool = False
 
     @property
     def decided(self) -> bool:
@@ -493,7 +496,7 @@ class _Dispatch:
                 return
             cause = getattr(exc, "cause", None) or exc
             reason = f"entry_failed: {type(cause).__name__}: {_first_line(cause)}"
-            self.ended_badly(slot, FAILED, reason, wall_s)
+            self.ended_badly(slot, FAILED, reason, wall_s, setup_error=_is_setup_error(cause))
             return
         except ray.exceptions.TaskUnschedulableError as exc:
             # its node vanished (or changed) before the task started: nothing ran; try another node
@@ -539,14 +542,16 @@ class _Dispatch:
                                           journal_pending=value.get("journal_pending"), notes=tuple(notes)))
         self.conclude(slot.index, DECIDED, result=result, group=group, node_id=node_id)
 
-    def ended_badly(self, slot: _Slot, state: str, reason: str, wall_s: float, *, conclude: bool = True) -> Try:
+    def ended_badly(self, slot: _Slot, state: str, reason: str, wall_s: float, *, conclude: bool = True,
+                    setup_error: bool = False) -> Try:
         ended, notes = self.end_runs(slot, reason)
         notes += self.tag_node(slot, None)
         try_ = Try(slot.entry["group"], state, slot.node.id, slot.node.ip, slot.node.host, reason=reason,
                    ended_runs=tuple(ended), wall_s=wall_s, notes=tuple(notes))
         self.tries[slot.index].append(try_)
         if conclude:
-            self.conclude(slot.index, state, reason=reason, group=slot.entry["group"], node_id=slot.node.id)
+            self.conclude(slot.index, state, reason=reason, group=slot.entry["group"], node_id=slot.node.id,
+                          setup_error=setup_error)
         return try_
 
     def end_runs(self, slot: _Slot, reason: str) -> tuple[list[str], list[str]]:
@@ -573,9 +578,18 @@ class _Dispatch:
             return [f"could not tag the comparison run with its node: {exc}"]
 
     def conclude(self, index: int, state: str, *, result: Any = None, group: str | None = None,
-                 node_id: str | None = None, reason: str | None = None) -> None:
+                 node_id: str | None = None, reason: str | None = None, setup_error: bool = False) -> None:
         self.outcomes[index] = EntryOutcome(entry=self.entries[index], state=state, result=result, group=group,
-                                            node_id=node_id, reason=reason, tries=tuple(self.tries[index]))
+                                            node_id=node_id, reason=reason, tries=tuple(self.tries[index]),
+                                            setup_error=setup_error)
+
+
+def _is_setup_error(cause: BaseException) -> bool:
+    """An error of the entry's setup: the product's own (the user fixes it: a bad condition, a factory that
+    could not be imported or built) or the child's refusal of a workload name that does not resolve."""
+    from .workloads._attempt import WorkloadRefused
+
+    return isinstance(cause, (PerfgateError, WorkloadRefused))
 
 
 def _first_line(exc: BaseException) -> str:

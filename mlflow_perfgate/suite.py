@@ -774,12 +774,6 @@ def _judge_on_ray(suite: SuiteSpec, suite_run_id: str, address: str, *, gpus: in
     return summary
 
 
-#: An entry's task that raised one of these on its node failed in its setup (its workload could not be
-#: imported or built there, a condition it cannot read), not in what it measured.
-_SETUP_FAILURES = ("WorkloadFailed", "WorkloadRefused", "InputError", "SingleVariableError", "MissingField",
-                   "RuleTypeError", "PolicyError")
-
-
 def _refuse_setup_errors(running: list, outcomes: list) -> None:
     """An entry whose node could not set it up stops the suite: exit 2, one line naming the entry and the
     cause (a module the node cannot import, say), nothing judged.
@@ -788,12 +782,10 @@ def _refuse_setup_errors(running: list, outcomes: list) -> None:
         WorkloadFailed: the first such entry, its node and its cause.
     """
     from .errors import WorkloadFailed
-    from .ray_dispatch import FAILED
 
     for entry, outcome in zip(running, outcomes):
-        reason = outcome.reason or ""
-        if outcome.state == FAILED and any(reason.startswith(f"entry_failed: {name}: ") for name in _SETUP_FAILURES):
-            cause = reason.split(": ", 2)[2]
+        if outcome.setup_error:
+            cause = (outcome.reason or "").removeprefix("entry_failed: ")
             raise WorkloadFailed(f"suite entry {entry.name!r} could not be set up on Ray node {outcome.node_id}: "
                                  f"{cause} (the suite was not judged; every node must be able to import the "
                                  "workload: install it there or pass it in a runtime_env)")
