@@ -568,9 +568,10 @@ def _plain(value: Any) -> Any:
         return dataclasses.replace(value, result=_plain(value.result))
     if isinstance(value, Mapping):
         return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(item) for item in value) if type(value) in (list, tuple) else \
-            [_plain(item) for item in value]
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(item) for item in value)
     try:
         pickle.dumps(value)
     except Exception:  # noqa: BLE001 - an object only this process can hold: its words
