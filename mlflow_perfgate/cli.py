@@ -914,8 +914,13 @@ def run_options(*, timeout: str, threads: str, in_process: str, runner: str | No
              runner="What starts each supervised attempt's child: fork (a warm server forks a clean child per "
                     "attempt; auto where available) or spawn (a fresh python per attempt).")
 @_INTERLEAVE
-@click.option("--until-decisive", is_flag=True, help="Add attempt pairs while the answer is rerun, up to --max-attempts.")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Per-arm cap for --until-decisive.")
+@click.option("--until-decisive/--fixed-rounds", default=None,
+              help="Add attempt pairs while the answer is rerun for lack of evidence, up to --max-attempts (default 4 "
+                   "times the rounds), or judge the planned rounds at one look. [default: --until-decisive up to 2 "
+                   "times the rounds in non_regression mode with the paired or robust method (not on --resume); "
+                   "--fixed-rounds otherwise]")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None,
+              help="Per-arm cap while undecided (--until-decisive, or non_regression mode's default).")
 @click.option("--resume", is_flag=True, help="Add to a group that already holds attempts (a re-run), reusing its "
               "comparison run: a group stopped before its planned rounds were complete gets the rounds that complete "
               "them, a complete one --attempts more; without it such a group is refused.")

@@ -136,6 +136,13 @@ def _check_interleave(interleave: Any, variable: str, base: dict, objective: str
 #: MLproject's entry points default to it, falling back per comparison where it does not apply
 #: (:func:`configure`).
 RECOMMENDED = {"method": "paired", "latency": "p10", "interleave": "steps", "threads": 1, "attempts": 10, "steps": 30}
+#: A non-regression comparison whose caller does not say (``until_decisive=None``) goes on while its
+#: answer is a rerun for lack of evidence, up to this many times its rounds (``compare --fixed-rounds``:
+#: one look). The no-op gate lab (``benchmarks/results/lab_gate.md``) chose it: identical arms are
+#: passed where one look at 10 rounds leaves a fifth of them undecided under a busy neighbour.
+NON_REGRESSION_CAP = 2
+#: The methods whose rule spends alpha across looks (``look``, ``max_looks``).
+SEQUENTIAL_METHODS = ("paired", "robust")
 #: What the specification's rule runs with where its caller does not say (``method="seed"``, given or
 #: fallen back to): the figure it defines (``latency_ms``, the median of every measured step) on its
 #: example's 5 attempts per arm of 10 measured steps.
@@ -154,6 +161,8 @@ class Configuration:
     steps: int | None  #: the measured steps the configuration set (``None``: the conditions give them)
     defaulted: tuple[str, ...]  #: the settings the caller left to the defaults
     fallbacks: tuple[str, ...]  #: why a recommended value does not apply to this comparison
+    until_decisive: bool = False  #: whether the comparison goes on while undecided
+    max_attempts: int | None = None  #: its cap, rounds per arm (set once the plan knows it)
 
     def text(self) -> str:
         """One line for the comparison run and the report: what ran, what was defaulted, what fell back."""
@@ -163,6 +172,8 @@ class Configuration:
         steps = "" if self.steps is None else f" of {self.steps} steps"
         text = (f"{self.method} method on {self.latency}, {self.interleave} interleaved, {threads}, "
                 f"{self.attempts} {rounds}{steps}")
+        if self.until_decisive and self.max_attempts:
+            text += f" (up to {self.max_attempts} while undecided)"
         if self.defaulted:
             text += f"; defaults: {', '.join(self.defaulted)}"
         if self.fallbacks:
@@ -173,7 +184,7 @@ class Configuration:
 def configure(objective: str, mode: str, variable: str | None, base: dict, *, method: str | None = None,
               latency: str | None = None, interleave: str | None = None, threads: int | None = None,
               attempts: int | str | None = None, steps_given: bool = True, supervised: bool = True,
-              runner: Any = "auto") -> Configuration:
+              runner: Any = "auto", until_decisive: bool | None = False, resume: bool = False) -> Configuration:
     """Fill in what a comparison's caller left out (``None``) from :data:`RECOMMENDED`, per comparison.
 
     What the caller gives is kept (and checked where it is used, as before). Left out:
@@ -187,7 +198,10 @@ def configure(objective: str, mode: str, variable: str | None, base: dict, *, me
       (``attempts``) where lockstep cannot run either (in-process, a runner object of the caller's);
     - ``threads``: 1; ``attempts`` (rounds) and the measured ``steps`` (only when the conditions do
       not give them, ``steps_given=False``): 10 and 30, or the specification's 5 and 10 with the
-      ``seed`` method.
+      ``seed`` method;
+    - ``until_decisive`` (``None``): on in ``non_regression`` mode with a method that spends alpha
+      across looks (:data:`SEQUENTIAL_METHODS`), unless the comparison resumes a group; its cap is
+      :data:`NON_REGRESSION_CAP` times the rounds (:func:`_plan_comparison` sets it).
 
     Returns:
         The :class:`Configuration` (``defaulted`` names what was filled in, ``fallbacks`` why a
@@ -229,8 +243,13 @@ def configure(objective: str, mode: str, variable: str | None, base: dict, *, me
     if not steps_given:
         defaulted.append("steps")
         steps = SPECIFICATION["steps"] if seed else RECOMMENDED["steps"]
+    if until_decisive is None:
+        until_decisive = mode == "non_regression" and method in SEQUENTIAL_METHODS and not resume
+        if until_decisive:
+            defaulted.append("until_decisive")
     return Configuration(method=method, latency=latency, interleave=interleave, threads=threads, attempts=attempts,
-                         steps=steps, defaulted=tuple(defaulted), fallbacks=tuple(fallbacks))
+                         steps=steps, defaulted=tuple(defaulted), fallbacks=tuple(fallbacks),
+                         until_decisive=bool(until_decisive))
 
 
 def keep_planned_repeats(held: dict, *arms: dict) -> str | None:
@@ -668,7 +687,7 @@ def compare(
     runner: Any = "auto",
     timeout_s: float = 300.0,
     threads: int | None = None,
-    until_decisive: bool = False,
+    until_decisive: bool | None = None,
     max_attempts: int | None = None,
     progress: bool = True,
     hypothesis: str = "the candidate change improves the objective",
@@ -712,7 +731,9 @@ def compare(
         threads: torch threads for every attempt (default 1, the recommended configuration's).
         until_decisive: while the answer is ``rerun`` for lack of evidence, add interleaved
             attempt pairs, up to ``max_attempts`` per arm (see ``evaluate_group``'s ``look``;
-            default 4 times ``attempts``).
+            default 4 times ``attempts``). ``None`` (the default): on in ``non_regression`` mode
+            with the paired or robust method, up to :data:`NON_REGRESSION_CAP` (2) times
+            ``attempts`` unless ``max_attempts`` says, except when resuming; off otherwise.
         progress: show a progress bar on stderr.
         parent_run_id: a run to nest the comparison under (the ``mlflow run`` project run).
         resume: add to a group that already holds attempts (a re-run of the same comparison):
@@ -824,7 +845,10 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
         objective, evaluate_kwargs.get("mode") or "improvement", str(next(iter(change))) if one else None, base,
         method=evaluate_kwargs.get("method"), latency=evaluate_kwargs.get("latency"), interleave=interleave,
         threads=rest.get("threads"), attempts=attempts,
-        steps_given=not isinstance(conditions, dict) or "steps" in conditions, supervised=supervised, runner=runner)
+        steps_given=not isinstance(conditions, dict) or "steps" in conditions, supervised=supervised, runner=runner,
+        until_decisive=until_decisive, resume=bool(rest.get("resume")))
+    cap = 4 if until_decisive else NON_REGRESSION_CAP  # asked for: 4 times the rounds; by default: 2
+    until_decisive = configuration.until_decisive
     attempts, interleave = configuration.attempts, configuration.interleave
     rest["threads"] = configuration.threads
     evaluate_kwargs = {**evaluate_kwargs, "method": configuration.method, "latency": configuration.latency}
@@ -832,7 +856,7 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
         base["steps"] = configuration.steps
     base["repeats"] = 1 if auto else attempts
     if until_decisive and not auto:
-        max_attempts = 4 * attempts if max_attempts is None else max_attempts
+        max_attempts = cap * attempts if max_attempts is None else max_attempts
         if type(max_attempts) is not int or max_attempts < attempts:
             raise InputError(f"max_attempts must be an integer >= attempts ({attempts}), got {max_attempts!r}")
     policy_options = {k: v for k, v in evaluate_kwargs.items() if k != "env_mismatch"}
@@ -851,10 +875,12 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
         attempts = base["repeats"] = calibration["rounds"]
         configuration = dataclasses.replace(configuration, attempts=attempts)  # the rounds it planned, said
         if until_decisive:
-            max_attempts = 4 * attempts if max_attempts is None else max_attempts
+            max_attempts = cap * attempts if max_attempts is None else max_attempts
             if type(max_attempts) is not int or max_attempts < attempts:
                 raise InputError(f"max_attempts must be an integer >= the {attempts} rounds --rounds auto planned, "
                                  f"got {max_attempts!r}")
+    if until_decisive:
+        configuration = dataclasses.replace(configuration, max_attempts=max_attempts)
     return _Plan(workload=workload, base=base, candidate={**base, variable: value}, variable=variable,
                  objective=objective, policy=policy, attempts=attempts, until_decisive=until_decisive,
                  max_attempts=max_attempts, interleave=interleave, supervised=supervised, runner=runner,

@@ -387,3 +387,42 @@ def test_a_comparison_that_cannot_mean_anything_is_refused_before_anything_runs(
     result = compare(HOSTILE_OK, conditions, change, attempts=2, progress=False, supervised=False,
                      allow_undecidable=True)
     assert result["reason"] == "insufficient_valid_runs"
+
+
+def test_non_regression_goes_on_while_undecided_by_default_up_to_twice_its_rounds(sqlite_uri):
+    """The no-op gate (issue 41): non_regression mode adds rounds while undecided, to 2x, unless told not to.
+
+    Three rounds cannot decide (the paired interval needs five), so the first look is a rerun and the
+    comparison goes on: looks at 3, 5 and 6 rounds of identical arms, against a margin no noise clears.
+    """
+    how = dict(supervised=False, progress=False, min_valid_runs=2, env_mismatch="warn", mode="non_regression",
+               margin=1e-9, maximum_p95_ratio=1e-9 + 1, allow_undecidable=True, interleave="steps")
+    same = ({**FIXED, "fail_at": 1000}, {"fail_at": 999})
+    result = compare(HOSTILE_OK, *same, attempts=3, group="gate", **how)
+    per_arm = [a["arm"] for a in result["attempts"]].count("baseline")
+    assert per_arm == 6 or (per_arm == 5 and result["decision"] != "rerun"), (result["decision"], per_arm)
+    tags = MlflowClient().get_run(result["comparison_run_id"]).data.tags
+    assert tags[TAG.MAX_LOOKS] == "6" and tags[TAG.LOOK] == str(per_arm)
+    assert "3 rounds (up to 6 while undecided)" in tags[TAG.CONFIGURATION]
+    assert "until_decisive" in tags[TAG.CONFIGURATION].split("defaults: ")[1]
+    fixed = compare(HOSTILE_OK, *same, attempts=3, group="fixed", until_decisive=False, **how)
+    assert [a["arm"] for a in fixed["attempts"]].count("baseline") == 3 and fixed["decision"] == "rerun"
+    assert "while undecided" not in MlflowClient().get_run(fixed["comparison_run_id"]).data.tags[TAG.CONFIGURATION]
+    # --max-attempts sets the non_regression cap; improvement mode keeps one look
+    capped = compare(HOSTILE_OK, *same, attempts=3, group="capped", max_attempts=4, **how)
+    assert [a["arm"] for a in capped["attempts"]].count("baseline") == 4
+    improvement = compare(HOSTILE_OK, *same, attempts=3, group="impr", **{**how, "mode": "improvement"})
+    assert [a["arm"] for a in improvement["attempts"]].count("baseline") == 3
+
+
+def test_the_cli_s_fixed_rounds_turns_the_non_regression_default_off(sqlite_uri, capsys):
+    fixed = [f"--set={key}={value}" for key, value in FIXED.items()]
+    args = ["compare", "--workload", HOSTILE_OK, *fixed, "--set", "fail_at=1000", "--change", "fail_at=999",
+            "--interleave", "steps", "--attempts", "3", "--min-valid-runs", "2", "--env-mismatch", "warn",
+            "--mode", "non_regression", "--margin", "1e-9", "--maximum-p95-ratio", "1.000000001", "--in-process",
+            "--allow-undecidable", "--no-progress", "--format", "json", "--fixed-rounds"]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 3
+    result = json.loads(capsys.readouterr().out)
+    assert [a["arm"] for a in result["attempts"]].count("baseline") == 3

@@ -23,11 +23,23 @@ def test_a_rerun_more_attempts_would_settle_gets_its_own_command_as_a_new_sequen
                      "--attempts", "5", "--method", "paired", "--until-decisive", "--max-attempts", "23"]
 
 
-def test_one_beyond_what_the_machine_resolves_says_so():
-    step = next_step(_rerun(recommended_attempts=RESOLVABLE_ATTEMPTS * 5), TYPED)
-    assert step.startswith("next: about 1000 attempts per arm would be needed: the effect is below what this "
-                           "machine resolves at this noise")
+def test_one_beyond_what_the_machine_resolves_says_so_and_which_margin_it_can():
+    step = next_step(_rerun(recommended_attempts=RESOLVABLE_ATTEMPTS * 4, mode="non_regression", margin=0.05), TYPED)
+    assert step.startswith("next: this machine cannot resolve 'no slower than 5%' at this noise: about 800 rounds")
+    # 4 times the rounds resolve a bound twice as far: log(1.05) * 2
+    assert f"in {RESOLVABLE_ATTEMPTS} rounds it resolves about no slower than 10%" in step
     assert "--until-decisive" not in step
+    step = next_step(_rerun(recommended_attempts=RESOLVABLE_ATTEMPTS * 4, required_improvement=0.05), TYPED)
+    assert "'at least 5% faster'" in step and "at least 10% faster" in step
+
+
+def test_rounds_that_should_have_settled_a_change_that_does_nothing_say_it_sits_near_the_bound():
+    result = _rerun(recommended_attempts=8, pairs=20, mode="non_regression", margin=0.05, step_tail_ok=None,
+                    step_tail_ratio=1.071, no_regression_ok=True, ratio_estimate=1.01)
+    step = next_step(result, TYPED)
+    assert "8 rounds settle 'no slower than 5%'" in step and "these 20 did not" in step
+    assert "the step tail 1.071" in step and "the judged ratio" not in step
+    assert "--max-attempts" not in step  # no count that grows run after run
 
 
 @pytest.mark.parametrize("reason, needle", [
@@ -61,3 +73,18 @@ def test_compare_s_tail_prints_the_next_step(sqlite_uri):
     assert len(step) == 1, done.stdout[-2000:]
     assert "--until-decisive --max-attempts" in step[0] or "below what this machine resolves" in step[0]
     assert "--until-decisive" not in step[0] or "--allow-undecidable" in step[0]  # the command as typed
+
+
+def test_the_advice_is_planned_from_the_noise_not_from_where_one_run_s_estimate_stood():
+    import numpy as np
+
+    from mlflow_perfgate.rules._stats import settling_pairs
+
+    noise = np.random.default_rng(0).normal(0.0, 0.06, 10)
+    near, far = noise + np.log(1.045), noise  # the same spread, one estimate a hair under the bound
+    assert settling_pairs(near, bound=1.05, alpha=0.05) == settling_pairs(far, bound=1.05, alpha=0.05)
+    # twice the noise, four times the rounds (within rounding); a looser bound, fewer
+    twice = settling_pairs(2 * noise, bound=1.05, alpha=0.05)
+    assert 3.5 <= twice / settling_pairs(noise, bound=1.05, alpha=0.05) <= 4.5
+    assert settling_pairs(noise, bound=1.10, alpha=0.05) < settling_pairs(noise, bound=1.05, alpha=0.05)
+    assert settling_pairs(noise[:1], bound=1.05, alpha=0.05) is None

@@ -63,11 +63,12 @@ def _by_round(values, pairs) -> dict[int, list[float]]:
 
 
 def _estimate(b: ArmSummary, c: ArmSummary, key: str, method: str,
-              confidence: float) -> tuple[float, float | None, float | None, str]:
-    """``(ratio, low, high, how)`` of ``key``, candidate over baseline, by the method's estimator."""
+              confidence: float) -> tuple[float, float | None, float | None, str, list[float] | None]:
+    """``(ratio, low, high, how, d)`` of ``key``, candidate over baseline, by the method's estimator; ``d``:
+    the rounds' log ratios (the paired method's; ``None`` otherwise)."""
     base, cand = b.step_values[key], c.step_values[key]
     if method == "seed":
-        return statistics.median(cand) / statistics.median(base), None, None, "ratio of the arms' medians"
+        return statistics.median(cand) / statistics.median(base), None, None, "ratio of the arms' medians", None
     if method == "paired":
         from ._stats import log_ratios, paired_log_shift
 
@@ -77,11 +78,11 @@ def _estimate(b: ArmSummary, c: ArmSummary, key: str, method: str,
             d = log_ratios([statistics.median(rb[r]) for r in rounds], [statistics.median(rc[r]) for r in rounds])
             shift, low, high = paired_log_shift(d, confidence)
             return (math.exp(shift), None if low is None else math.exp(low), None if high is None else math.exp(high),
-                    f"within-round Hodges-Lehmann over {len(rounds)} rounds")
+                    f"within-round Hodges-Lehmann over {len(rounds)} rounds", list(d))
     from ._stats import hodges_lehmann_ratio
 
     found = hodges_lehmann_ratio(list(base), list(cand), confidence=confidence)
-    return found["ratio_estimate"], found["ratio_ci_low"], found["ratio_ci_high"], "Hodges-Lehmann"
+    return found["ratio_estimate"], found["ratio_ci_low"], found["ratio_ci_high"], "Hodges-Lehmann", None
 
 
 def _text(f: Mapping) -> str:
@@ -105,7 +106,7 @@ def step_checks(b: ArmSummary, c: ArmSummary, policy: Policy, method: str,
             bound, bound_name = 1 + policy.margin, "1 + margin"
         else:
             bound, bound_name = policy.maximum_p95_ratio, "maximum_p95_ratio"
-        ratio, low, high, how = _estimate(b, c, key, method, confidence)
+        ratio, low, high, how, d = _estimate(b, c, key, method, confidence)
         if method == "seed":
             passed = not above(ratio, bound, 0.0)
         elif low is not None and above(low, bound, REL_TOL):
@@ -116,6 +117,10 @@ def step_checks(b: ArmSummary, c: ArmSummary, policy: Policy, method: str,
                    "baseline": statistics.median(b.step_values[key]), "ratio": ratio, "low": low, "high": high,
                    "confidence": confidence, "how": how, "bound": bound, "bound_name": bound_name,
                    "mode": policy.mode, "method": method}
+        if passed is None and d is not None:  # the rounds that keep a change that does nothing on its side
+            from ._stats import settling_pairs
+
+            figures["settling_rounds"] = settling_pairs(d, bound=bound, alpha=None)
         checks.append(Check.build(name, passed, figures, _text))
     return checks
 
@@ -127,7 +132,9 @@ def guarded(decision: Decision, b: ArmSummary, c: ArmSummary, policy: Policy) ->
     reject stays a reject; an accept or a rerun with a failed step check becomes a reject
     (``declared_thresholds_checked``), an accept with an undecided one a rerun
     (``inconclusive``). The checks' ratios join the figures (``typical_step_ratio``,
-    ``mean_step_ratio``, ``step_tail_ratio``).
+    ``mean_step_ratio``, ``step_tail_ratio``). A rerun's advice (``recommended_attempts``) is the
+    most rounds any undecided figure needs, each planned from its rounds' spread alone
+    (:func:`_stats.settling_pairs`; the paired method's).
     """
     if not decision.checks:
         return decision
@@ -141,5 +148,12 @@ def guarded(decision: Decision, b: ArmSummary, c: ArmSummary, policy: Policy) ->
     elif verdict == "accept" and any(check.passed is None for check in checks):
         verdict, reason = "rerun", "inconclusive"
     advice = decision.advice if verdict == decision.verdict else {**decision.advice, "recommended_attempts": None}
+    if verdict == "rerun" and reason == "inconclusive":  # the most rounds any undecided figure needs
+        undecided_main = decision.verdict == "rerun"
+        needed = [check.figures.get("settling_rounds") for check in checks if check.passed is None]
+        needed.append(decision.advice.get("recommended_attempts") if undecided_main else None)
+        needed = [n for n in needed if n is not None]
+        if needed:
+            advice = {**advice, "recommended_attempts": max(needed)}
     return dataclasses.replace(decision, verdict=verdict, reason=reason, checks=(*decision.checks, *checks),
                                figures=figures, advice=advice)

@@ -47,7 +47,7 @@ from ._stats import (
     log_ratios,
     min_pairs_signed_rank,
     paired_log_shift,
-    recommended_pairs,
+    settling_pairs,
     signed_rank_test,
 )
 
@@ -151,7 +151,7 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
         ``ratio_ci_low``, ``ratio_ci_high`` (``None`` where unbounded: at 90%, 5 rounds are
         needed), ``pairs`` (complete rounds), ``p95_ratio``, ``p95_p_value``; advice
         ``recommended_attempts`` (on an ``inconclusive`` or ``insufficient_valid_runs`` rerun:
-        rounds, i.e. attempts per arm, from the spread of ``d``, ``_stats.recommended_pairs``;
+        rounds, i.e. attempts per arm, from the spread of ``d`` alone, ``_stats.settling_pairs``;
         never below the fewest with which the signed-rank test can reach its level, ``2^-n <
         alpha``: 6 at 0.02) and ``contention``.
     """
@@ -178,20 +178,18 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
 
 
 def _advice(d, ratio: float, policy: Policy, alpha: float, tail_alpha: float, at_least: int) -> int | None:
-    """Rounds (attempts per arm) likely to settle it, never below ``at_least`` nor the fewest that can reach the level.
+    """Rounds (attempts per arm) that settle it, never below ``min_valid_runs`` nor the fewest that can reach the level.
 
-    As the robust rule's: an estimate already large enough needs significance at ``alpha`` (from
-    the signed-rank test's floor on); otherwise the interval must clear the boundary, each tail
-    at ``tail_alpha``.
+    A plan from the rounds' spread alone (:func:`_stats.settling_pairs`): the rounds whose interval,
+    each tail at ``tail_alpha``, clears the question's bound (``1 + margin``; ``1 - min_improvement``)
+    for a change that does nothing, with probability :data:`_stats.SETTLE_POWER`. Where one run's
+    estimate stood (``ratio``) does not move it, so the advice does not grow run after run.
     """
-    if policy.mode == "improvement" and not above(ratio, 1 - policy.min_improvement):
-        estimate = recommended_pairs(d, margin=0.0, alpha=alpha)
-        floor = min_pairs_signed_rank(alpha)
-    else:
-        boundary = policy.margin if policy.mode == "non_regression" else -policy.min_improvement
-        estimate = recommended_pairs(d, margin=boundary, alpha=tail_alpha)
-        floor = min_pairs_signed_rank(tail_alpha)
-    return advice_floor(estimate, max(at_least, floor))
+    del ratio, at_least  # a plan from the noise: not raised to the rounds one run happened to need
+    improvement = policy.mode == "improvement"
+    bound = 1 - policy.min_improvement if improvement else 1 + policy.margin
+    floor = min_pairs_signed_rank(alpha if improvement else tail_alpha)  # an accept's test, or its interval
+    return advice_floor(settling_pairs(d, bound=bound, alpha=tail_alpha), max(policy.min_valid_runs, floor))
 
 
 def _describe(s: Mapping) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "paired_log_shift",
     "preload_step_quantile",
     "recommended_attempts",
+    "settling_pairs",
     "recommended_pairs",
     "robust_sigma",
     "signed_rank_interval_rank",
@@ -50,6 +51,8 @@ _MWU_EFFICIENCY = 3 / math.pi
 #: Above this many attempts per arm the interval uses the normal approximation of U's
 #: distribution; at or below, its exact distribution (a cached table of at most 51 x 51 cells).
 _EXACT_U_MAX = 50
+#: The probability with which the rounds :func:`settling_pairs` plans settle a change that does nothing.
+SETTLE_POWER = 0.9
 #: The most attempts per arm :func:`recommended_attempts` returns.
 _MAX_RECOMMENDED = 1000
 #: Up to this many pairs the signed-rank interval uses the exact null distribution of the
@@ -273,6 +276,36 @@ def recommended_attempts(baseline_latencies, candidate_latencies, *, margin: flo
     shift, _, _ = log_shift(base, cand, None)
     delta = abs(float(shift) - math.log1p(margin))
     return _attempts_for(float(robust_sigma(base)) ** 2 + float(robust_sigma(cand)) ** 2, delta, alpha, power)
+
+
+def settling_pairs(d, *, bound: float, alpha: float | None, power: float = SETTLE_POWER) -> int | None:
+    """Rounds (pairs) that settle a change that does nothing against the ratio ``bound``, at the noise of ``d``.
+
+    A plan from the noise alone, never from where the estimate happens to stand: ``n = (z_{1-alpha}
+    + z_{power})^2 * s_d^2 / log(bound)^2``, divided by the signed-rank test's efficiency ``3 / pi``,
+    where ``s_d`` is the spread of the rounds' log ratios (``1.4826 * MAD``; the sample standard
+    deviation when the MAD is 0). So the same machine and workload get about the same figure run
+    after run, however close to the bound one run's estimate came; a change as large as the bound
+    itself cannot be settled by any number of rounds, and no plan promises that.
+
+    Args:
+        d: the rounds' log ratios (finite).
+        bound: the ratio candidate / baseline the question is asked against (``1 + margin``,
+            ``1 - min_improvement``, ``maximum_p95_ratio``), > 0 and not 1.
+        alpha: the one-sided level of the interval that must clear the bound; ``None`` where only
+            the estimate must stay on its side (the step checks' pass).
+        power: the chance to settle it wanted, in (0, 1).
+
+    Returns:
+        Between 2 and 1000; ``None`` when not estimable (fewer than 2 rounds, or a bound of 1).
+    """
+    check_unit_interval(power, "power", InputError)
+    d = np.asarray(d, dtype=float)
+    if d.size < 2 or not math.isfinite(bound) or bound <= 0 or bound == 1:
+        return None
+    if not np.all(np.isfinite(d)):
+        raise InputError("log ratios must be finite")
+    return _attempts_for(float(robust_sigma(d)) ** 2, abs(math.log(bound)), 0.5 if alpha is None else alpha, power)
 
 
 def _attempts_for(variance: float, delta: float, alpha: float, power: float) -> int | None:

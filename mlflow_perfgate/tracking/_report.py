@@ -159,8 +159,8 @@ def decision_markdown(result: dict) -> str:
     if result.get("failed_checks"):
         lines.append(f"- failed checks: {', '.join(f'`{c}`' for c in result['failed_checks'])}")
     if result.get("recommended_attempts"):
-        lines.append(f"- to settle it: about {result['recommended_attempts']} attempts per arm "
-                     "(from the observed dispersion and the decision boundary)")
+        lines.append(f"- to settle it: about {result['recommended_attempts']} attempts per arm settle a change that "
+                     "does nothing 9 times in 10 (planned from the rounds' spread alone)")
     if result.get("changed_variable"):
         lines.append(
             f"- changed variable: {md.code(result['changed_variable'])}: "
@@ -281,14 +281,48 @@ def _noise_cuts(result: dict) -> str:
     return "--interleave steps --method paired --latency p10 (compare's defaults), a quieter machine"
 
 
+#: The checks a rerun can leave undecided, with the ratio figure each reads and the figure in words.
+_UNDECIDED = (("improvement_ok", "ratio_estimate", "the judged ratio"),
+              ("no_regression_ok", "ratio_estimate", "the judged ratio"),
+              ("typical_step_ok", "typical_step_ratio", "the typical step"),
+              ("mean_step_ok", "mean_step_ratio", "the mean step"),
+              ("step_tail_ok", "step_tail_ratio", "the step tail"))
+
+
+def _undecided(result: dict) -> str:
+    """The figures a rerun left undecided, each with its ratio: ``the step tail 1.079``."""
+    words = [f"{text} {result[figure]:.3f}" if isinstance(result.get(figure), (int, float)) else text
+             for check, figure, text in _UNDECIDED if check in result and result[check] is None]
+    return ", ".join(words) or "the judged figures"
+
+
+def _question(result: dict) -> tuple[str, float | None]:
+    """The question a rerun left open in words, and its bound as a signed relative change."""
+    if result.get("mode") == "non_regression":
+        margin = result.get("margin")
+        return (f"no slower than {margin:.0%}" if isinstance(margin, (int, float)) else "no slower than the margin",
+                margin if isinstance(margin, (int, float)) else None)
+    required = result.get("required_improvement")
+    if isinstance(required, (int, float)):
+        return f"at least {required:.0%} faster", -required
+    return "the declared improvement", None
+
+
 def next_step(result: dict, command: list[str] | None = None) -> str | None:
     """What to do about a rerun, in one line (``None`` for another verdict).
 
-    A rerun that more attempts would likely settle gets the command to run: ``command`` (the
-    comparison's own, as typed) as a new comparison with ``--until-decisive`` and the attempts it
-    needs as its cap (a new group: adding looks to a group decided at one look would be optional
-    stopping). One that needs more than :data:`RESOLVABLE_ATTEMPTS` per arm is said to be below what
-    this machine resolves at this noise, with what cuts the noise.
+    The advice (``recommended_attempts``) is a plan from the noise alone: the rounds per arm that
+    settle a change that does nothing against the question's bound, 9 times in 10
+    (:func:`mlflow_perfgate.rules._stats.settling_pairs`), so it does not grow run after run. Then:
+
+    - more than :data:`RESOLVABLE_ATTEMPTS`: this machine cannot resolve the question at this noise,
+      said with the bound it resolves in that many rounds, and what cuts the noise;
+    - no more than the rounds already run: they should have settled a change that does nothing, so
+      the change sits near the bound; more rounds are unlikely to settle it, said so, with the
+      undecided figures;
+    - otherwise ``command`` (the comparison's own, as typed) as a new comparison with
+      ``--until-decisive`` and that many rounds as its cap (a new group: adding looks to a group
+      decided at one look would be optional stopping).
     """
     if result.get("decision") != "rerun":
         return None
@@ -301,14 +335,28 @@ def next_step(result: dict, command: list[str] | None = None) -> str | None:
         return ("next: run it on a quieter machine, or judge a figure a neighbour disturbs less "
                 "(--interleave steps --latency p10, compare's defaults)")
     needed = result.get("recommended_attempts")
+    question, bound = _question(result)
     if isinstance(needed, (int, float)) and needed > RESOLVABLE_ATTEMPTS:
-        return (f"next: about {needed:.0f} attempts per arm would be needed: the effect is below what this machine "
-                f"resolves at this noise; cut the noise ({_noise_cuts(result)}) or accept that this change cannot be "
-                "told apart here")
+        resolves = ""
+        if bound is not None:  # the rounds needed grow as 1 / log(1 + bound)^2 at the same noise
+            scaled = math.expm1(math.log1p(bound) * math.sqrt(needed / RESOLVABLE_ATTEMPTS))
+            resolves = (f"; in {RESOLVABLE_ATTEMPTS} rounds it resolves about "
+                        f"{'no slower than' if bound > 0 else 'at least'} {abs(scaled):.0%}"
+                        f"{'' if bound > 0 else ' faster'}")
+        return (f"next: this machine cannot resolve '{question}' at this noise: about {needed:.0f} rounds per arm "
+                f"would be needed to settle even a change that does nothing{resolves}; cut the noise "
+                f"({_noise_cuts(result)}), or ask a question it can answer (--margin)")
     if not isinstance(needed, (int, float)) or needed < 1:
         return "next: add attempts (a new comparison with more --attempts, or --until-decisive)"
+    seen = result.get("pairs")
+    if isinstance(seen, int) and needed <= seen:
+        return (f"next: at the noise measured, {int(math.ceil(needed))} rounds settle '{question}' for a change that "
+                f"does nothing 9 times in 10, and these {seen} did not: the change likely sits near the bound "
+                f"({_undecided(result)}), so more rounds are unlikely to settle it; read it as a change of about "
+                "that size, or ask a wider question (--margin)")
     if command and len(command) > 1 and command[1] in ("compare", "pipeline"):
-        base = _without(command, {"--group": 1, "--resume": 0, "--until-decisive": 0, "--max-attempts": 1})
+        base = _without(command, {"--group": 1, "--resume": 0, "--until-decisive": 0, "--fixed-rounds": 0,
+                                  "--max-attempts": 1})
         return "next: " + shlex.join([*base, "--until-decisive", "--max-attempts", str(int(math.ceil(needed)))])
     return (f"next: the same comparison, as a new group, with --until-decisive --max-attempts "
             f"{int(math.ceil(needed))}")
