@@ -69,14 +69,32 @@ def run(name: str, folder: Path, repo: Path, base: str, head: str, index: int) -
         command = [*cli, "--change", "checkpoint=true", *(["--interleave", "lockstep"] if name == "lockstep" else [])]
         cwd = folder
     store = folder / f"{name}-{index}.db"
-    started = time.monotonic()
+    started, epoch = time.monotonic(), time.time()
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=1200,
                           env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store}"})
     wall = time.monotonic() - started
     result = json.loads(done.stdout)
     measured = sum(a["step_mean_ms"] * 30 for a in result["attempts"] if a.get("step_mean_ms")) / 1e3
     return {"wall": wall, "measured": measured, "decision": result["decision"],
-            "configuration": result.get("configuration", "")}
+            "configuration": result.get("configuration", ""),
+            **phases(f"sqlite:///{store}", result, epoch, epoch + wall, measured)}
+
+
+def phases(uri: str, result: dict, began: float, ended: float, measured: float) -> dict:
+    """Where the wall time went, from the runs' own times: ``start`` (the command's start to its first
+    attempt run), ``rounds`` (first attempt's start to the last one's end) less the measured steps
+    (``between``: each round's child, warm-up, tail and writes beyond its measured steps), and
+    ``decide`` (the last attempt's end to the command's exit: the decision, its run, plot and report)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    ids = {a["attempt_id"] for a in result["attempts"]}
+    runs = [r for r in client.search_runs(["0"], max_results=1000) if r.data.tags.get("perfgate.attempt_id") in ids]
+    if not runs:
+        return {}
+    first = min(r.info.start_time for r in runs) / 1e3
+    last = max(r.info.end_time or r.info.start_time for r in runs) / 1e3
+    return {"start": first - began, "between": (last - first) - measured, "decide": ended - last}
 
 
 def main() -> None:
@@ -94,17 +112,23 @@ def main() -> None:
                 row = run(name, folder, repo, base, head, index)
                 rows[name].append(row)
                 print(f"{name:9} #{index}: wall {row['wall']:.2f} s, measured {row['measured']:.2f} s, "
-                      f"efficiency {row['measured'] / row['wall']:.2f}, {row['decision']}", flush=True)
+                      f"efficiency {row['measured'] / row['wall']:.2f}, {row['decision']}; start "
+                      f"{row.get('start', float('nan')):.2f} s, between rounds' steps "
+                      f"{row.get('between', float('nan')):.2f} s, decide {row.get('decide', float('nan')):.2f} s",
+                      flush=True)
     with open("/proc/loadavg") as handle:
         print(f"load after: {handle.read().split()[0]}")
-    print("\n| comparison | wall s (median) | measured s | efficiency | wall / steps' wall |")
-    print("|---|---|---|---|---|")
+    print("\n| comparison | wall s (median) | measured s | efficiency | wall / steps' wall | start s | "
+          "between s | decide s |")
+    print("|---|---|---|---|---|---|---|---|")
     steps_wall = statistics.median(r["wall"] for r in rows["steps"])
     for name, found in rows.items():
         wall = statistics.median(r["wall"] for r in found)
         measured = statistics.median(r["measured"] for r in found)
         efficiency = statistics.median(r["measured"] / r["wall"] for r in found)
-        print(f"| {name} | {wall:.2f} | {measured:.2f} | {efficiency:.2f} | {wall / steps_wall:.2f} |")
+        parts = " | ".join(f"{statistics.median(r.get(key, float('nan')) for r in found):.2f}"
+                           for key in ("start", "between", "decide"))
+        print(f"| {name} | {wall:.2f} | {measured:.2f} | {efficiency:.2f} | {wall / steps_wall:.2f} | {parts} |")
     ratio = statistics.median(r["wall"] for r in rows["revision"]) / steps_wall
     print(f"\nrevision / steps wall: {ratio:.2f} (target <= 2): {'ok' if ratio <= 2 else 'MISS'}")
     for name in ("steps", "lockstep"):

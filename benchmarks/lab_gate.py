@@ -162,18 +162,59 @@ def designs(row: dict) -> dict:
     return found
 
 
+def advice(row: dict, n: int = FIRST_LOOK) -> tuple[int | None, int | None]:
+    """The rounds a rerun after ``n`` rounds is advised: ``(planned from the noise, the release's)``.
+
+    The noise plan (``_stats.settling_pairs``) is the largest over the judged figure (p10, its
+    interval at the tail level) and the step figures (their estimate alone), computed whatever the
+    verdict, so its spread over separate comparisons is the advice's stability; the release's is
+    ``recommended_pairs`` of the judged figure, from the distance of its estimate to the bound.
+    """
+    import math
+
+    from mlflow_perfgate.rules._stats import recommended_pairs, settling_pairs
+
+    pairs = lockstep._pairs(row)[:n]
+    if len(pairs) < n:
+        return None, None
+
+    def d(key):
+        return [math.log(c[key] / b[key]) for b, c in pairs if b["ok"] and c["ok"] and b.get(key) and c.get(key)]
+
+    bound = 1 + lab.MARGIN
+    plans = [settling_pairs(d("step_p10_ms"), bound=bound, alpha=0.05)]
+    plans += [settling_pairs(d(key), bound=bound, alpha=None) for key in ("latency_ms", "step_mean_ms", "step_p95_ms")]
+    plans = [p for p in plans if p is not None]
+    return (max(plans) if plans else None), recommended_pairs(d("step_p10_ms"), margin=lab.MARGIN, alpha=0.05)
+
+
 def analyse(rows: list[dict]) -> dict:
-    cells = defaultdict(list)
+    cells, advised = defaultdict(list), defaultdict(list)
     agree = [0, 0]
     for row in rows:
         if row.get("decision") is None:
             continue
         found = designs(row)
         cells[(row["kind"], row["source"], row["effect"])].append(found)
+        if row["effect"] == 0.0:
+            advised[(row["kind"], row["source"])].append(advice(row))
         if "fixed 20" in found:
             agree[1] += 1
             agree[0] += found["fixed 20"][0] == row["decision"]
-    return {"cells": cells, "agree": agree}
+    return {"cells": cells, "agree": agree, "advised": advised}
+
+
+TARGETS = (("identical arms passed >= 90%", 0.0, "accept", "min", 0.90),
+           ("identical arms falsely alarmed <= 5%", 0.0, "reject", "max", 0.05),
+           ("7% slowdown rejected >= 80%", 0.07, "reject", "min", 0.80))
+
+
+def _quartiles(values: list[int]) -> str:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return "n/a"
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    return f"{q[1]:g} ({q[0]:g} to {q[2]:g}; max {values[-1]})"
 
 
 def _rate(verdicts: list[str], wanted: str) -> str:
@@ -213,6 +254,33 @@ def report(found: dict) -> str:
                     f"{_rate([v for v, _, _ in fifteen], 'reject') if fifteen else 'n/a'} | "
                     f"{statistics.median(w for _, _, w in noop):.1f} | {wall_fifteen} | "
                     f"{statistics.median(n for _, n, _ in noop):g}, {max(n for _, n, _ in noop)} |")
+    lines.append("\n## Targets, the default design (sequential 10-20)\n")
+    lines.append("The weakest kind of each target, k/n of separate comparisons (exact 95% interval).\n")
+    lines.append("| source | target | weakest kind | k/n | met |")
+    lines.append("|---|---|---|---|---|")
+    for source in sources:
+        for name, effect, wanted, side, bound in TARGETS:
+            rates = []
+            for kind in kinds:
+                verdicts = [f["sequential 10-20"][0] for f in cells.get((kind, source, effect), [])
+                            if "sequential 10-20" in f]
+                if verdicts:
+                    rates.append((sum(v == wanted for v in verdicts) / len(verdicts), kind, verdicts))
+            if not rates:
+                continue
+            rate, kind, verdicts = (min if side == "min" else max)(rates)
+            met = rate >= bound if side == "min" else rate <= bound
+            lines.append(f"| {source} | {name} | {kind} | {_rate(verdicts, wanted)} | {'yes' if met else 'NO'} |")
+    lines.append("\n## Rerun advice on a change that does nothing, after 10 rounds\n")
+    lines.append("Rounds per arm advised, median (quartiles; max) over the separate comparisons of identical "
+                 "arms: planned from the noise (this release: the judged figure's interval and the step figures' "
+                 "estimates against 1 + margin, 9 in 10) and the release before's (from the distance of the "
+                 "p10 estimate to the bound, power 0.8).\n")
+    lines.append("| kind | source | from the noise | from the estimate (before) |")
+    lines.append("|---|---|---|---|")
+    for (kind, source), pairs in found["advised"].items():
+        lines.append(f"| {kind} | {source} | {_quartiles([a for a, _ in pairs])} | "
+                     f"{_quartiles([b for _, b in pairs])} |")
     return "\n".join(lines)
 
 

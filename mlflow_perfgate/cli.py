@@ -1216,6 +1216,25 @@ def history_options(func):
     return func
 
 
+#: history's options that only --bisect reads (given without it, they are refused, never ignored).
+_BISECT_ONLY = ("workload", "attempts", "max_attempts", "margin", "method", "extra_thresholds", "timeout_s",
+                "keep_worktrees")
+
+
+def _refuse_bisect_options_without_bisect(bisect_range) -> None:
+    """A bisect option given to ``history`` without ``--bisect`` would change nothing: a usage error naming it."""
+    from click.core import ParameterSource
+
+    if bisect_range:
+        return
+    context = click.get_current_context()
+    given = [param.opts[0] for param in context.command.params if param.name in _BISECT_ONLY
+             and context.get_parameter_source(param.name) not in (ParameterSource.DEFAULT, None)]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} only apply with --bisect GOOD BAD (the history itself is read "
+                               "from the runs as they were judged): add --bisect, or leave them out")
+
+
 @cli.command()
 @click.option("--benchmark", default=None, metavar="KEY",
               help="The benchmark's key (or a prefix; --list shows them); needed when the selection matches several.")
@@ -1262,6 +1281,7 @@ def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, n
     against GOOD, 3 when the evidence cannot narrow it to one commit.
     """
     conditions = _conditions(sets)
+    _refuse_bisect_options_without_bisect(bisect_range)
     if bisect_range:
         if workload is None:
             raise click.UsageError("--bisect needs --workload (the factory that runs a revision's code)")

@@ -187,3 +187,13 @@ def test_a_commit_time_in_the_future_is_refused_before_anything_is_written(sqlit
     with pytest.raises(pg.errors.InputError, match="lies in the future"):
         pg.log_attempt("future", "baseline", {"revision": "abc"}, latency_ms=10.0, quality=0.9,
                        experiment_name=EXPERIMENT, commit_time=in_ms)
+
+
+@pytest.mark.parametrize("given", [["--method", "robust"], ["--margin", "0.2"], ["--attempts", "4"],
+                                   ["--threshold", "min_valid_runs=3"], ["--workload", "bench:make"]])
+def test_a_bisect_option_without_bisect_is_refused_never_ignored(sqlite_uri, capsys, given):
+    with pytest.raises(SystemExit) as exited:
+        main(["history", "--no-log", *given])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{given[0]} only apply with --bisect GOOD BAD" in err
