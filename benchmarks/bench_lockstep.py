@@ -40,8 +40,9 @@ CHECKPOINT = {checkpoint}
 def make(conditions):
     return make_workload({{**conditions, "checkpoint": CHECKPOINT}})
 '''
-SETS = ["--set", "model=TinyLM", "--set", "input_shape=4,128", "--set", "batch_size=4", "--set", "dtype=fp32",
-        "--set", "device=cpu", "--set", "measurement_method=wall_median_step_ms"]
+#: The revision comparison's conditions (its factory is no built-in workload, so it gives them all).
+CONDITIONS = {"model": "TinyLM", "input_shape": "4,128", "batch_size": "4", "dtype": "fp32", "device": "cpu",
+              "measurement_method": "wall_median_step_ms"}
 
 
 def repository(folder: Path) -> tuple[Path, str, str]:
@@ -59,14 +60,26 @@ def repository(folder: Path) -> tuple[Path, str, str]:
     return repo, shas[0], shas[1]
 
 
-def run(name: str, folder: Path, repo: Path, base: str, head: str, index: int) -> dict:
+def _shape_sets(input_shape: str | None) -> list[str]:
+    """``--set input_shape=... --set batch_size=...`` for a shape other than TinyLM's default (4,128)."""
+    if input_shape is None:
+        return []
+    return ["--set", f"input_shape={input_shape}", "--set", f"batch_size={input_shape.split(',')[0]}"]
+
+
+def run(name: str, folder: Path, repo: Path, base: str, head: str, index: int, input_shape: str | None = None) -> dict:
     cli = [sys.executable, "-m", "mlflow_perfgate", "compare", "--format", "json", "--no-progress",
            "--group", f"{name}-{index}"]
+    shape = _shape_sets(input_shape)
     if name == "revision":
-        command, cwd = [*cli, "--workload", "tlm:make", *SETS, "--set", f"revision={base}",
+        given = {**CONDITIONS, **({} if input_shape is None else
+                                  {"input_shape": input_shape, "batch_size": input_shape.split(",")[0]})}
+        sets = [word for key, value in given.items() for word in ("--set", f"{key}={value}")]
+        command, cwd = [*cli, "--workload", "tlm:make", *sets, "--set", f"revision={base}",
                         "--change", f"revision={head}"], repo
     else:
-        command = [*cli, "--change", "checkpoint=true", *(["--interleave", "lockstep"] if name == "lockstep" else [])]
+        command = [*cli, "--change", "checkpoint=true", *shape,
+                   *(["--interleave", "lockstep"] if name == "lockstep" else [])]
         cwd = folder
     store = folder / f"{name}-{index}.db"
     started, epoch = time.monotonic(), time.time()
@@ -100,6 +113,7 @@ def phases(uri: str, result: dict, began: float, ended: float, measured: float) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--input-shape", default=None, help="TinyLM's input shape (default its own, 4,128)")
     args = parser.parse_args()
     with open("/proc/loadavg") as handle:
         print(f"load before: {handle.read().split()[0]}")
@@ -109,7 +123,7 @@ def main() -> None:
         rows: dict[str, list[dict]] = {"steps": [], "lockstep": [], "revision": []}
         for index in range(args.repeats):
             for name in rows:
-                row = run(name, folder, repo, base, head, index)
+                row = run(name, folder, repo, base, head, index, args.input_shape)
                 rows[name].append(row)
                 print(f"{name:9} #{index}: wall {row['wall']:.2f} s, measured {row['measured']:.2f} s, "
                       f"efficiency {row['measured'] / row['wall']:.2f}, {row['decision']}; start "
