@@ -53,7 +53,8 @@ DESIGNS = ("fixed 10", "fixed 20", "sequential 10-20")
 
 def _command(args, calibration: dict, setup: dict, source: str, effect: float, group: str):
     command, cwd = lockstep._command(args, calibration, setup, source, effect, ROUNDS, group)
-    return [*command, "--mode", "non_regression", "--margin", str(lab.MARGIN)], cwd
+    # one look at 20 rounds: the designs are judged offline on the rounds (the default would go on to 40)
+    return [*command, "--mode", "non_regression", "--margin", str(lab.MARGIN), "--fixed-rounds"], cwd
 
 
 def run_comparison(args, calibration: dict, setup: dict, kind: str, source: str, effect: float, index: int,
@@ -94,7 +95,7 @@ def collect(args, out) -> None:
     out.write(json.dumps({"calibration": calibration, "setup": setup, "args": vars(args)}) + "\n")
     out.flush()
     plan = {cell: max(1, round(count * args.collections)) for cell, count in PLAN.items()
-            if cell[0] in args.sources}
+            if cell[0] in args.sources and cell[1] in args.gate_effects}
     rng = random.Random(args.seed)
     for kind in args.kinds:
         with lab.Neighbours(lab.neighbour_plan(kind, step_ms / 1e3), 7200 + sum(plan.values()) * 90) as hood:
@@ -290,6 +291,8 @@ def build_parser():
     parser.set_defaults(kinds=["disk", "torchjob", "square", "mix"], input_shape="2,64", probe_units=80, out=None)
     parser.add_argument("--sources", type=lambda t: t.split(","), default=["revision"])
     parser.add_argument("--collections", type=float, default=1.0)
+    parser.add_argument("--gate-effects", type=lambda t: [float(v) for v in t.split(",")], default=[0.0, 0.07, 0.15],
+                        help="the heads' true effects to run (of 0, 0.07, 0.15)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--from-jsonl", default=None, help="judge an earlier collection; measure nothing")
     return parser

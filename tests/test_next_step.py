@@ -17,8 +17,10 @@ def _rerun(**more):
 
 
 def test_a_rerun_more_attempts_would_settle_gets_its_own_command_as_a_new_sequential_comparison():
-    step = next_step(_rerun(recommended_attempts=23), TYPED)
-    words = shlex.split(step.removeprefix("next: "))
+    step = next_step(_rerun(recommended_attempts=23, mode="non_regression", margin=0.05), TYPED)
+    said, _, command = step.partition(" 9 times in 10: ")
+    assert said == "next: at the noise measured, 23 rounds settle 'no slower than 5%' for a change that does nothing"
+    words = shlex.split(command)
     assert words == ["mlflow-perfgate", "compare", "--workload", "tinylm", "--change", "checkpoint=true",
                      "--attempts", "5", "--method", "paired", "--until-decisive", "--max-attempts", "23"]
 
@@ -55,7 +57,7 @@ def test_no_next_step_for_a_verdict_and_a_generic_one_without_the_command():
     assert next_step({"decision": "accept", "reason": "declared_thresholds_checked"}) is None
     assert "--until-decisive --max-attempts 7" in next_step(_rerun(recommended_attempts=6.2))
     lines = decision_summary({**_rerun(recommended_attempts=12), "thresholds": {}}, TYPED)
-    assert lines[-1].startswith("next: mlflow-perfgate compare") and lines[-1].endswith("--max-attempts 12")
+    assert "9 times in 10: mlflow-perfgate compare" in lines[-1] and lines[-1].endswith("--max-attempts 12")
 
 
 def test_compare_s_tail_prints_the_next_step(sqlite_uri):
@@ -65,13 +67,14 @@ def test_compare_s_tail_prints_the_next_step(sqlite_uri):
     done = subprocess.run([sys.executable, "-m", "mlflow_perfgate", "compare", "--workload", "tinylm",
                            "--set", "input_shape=2,16", "--set", "warmup=0", "--steps", "2", "--change",
                            "checkpoint=true", "--attempts", "2", "--min-valid-runs", "2", "--method", "robust",
-                           "--mode", "non_regression", "--margin", "0.9",
+                           "--mode", "non_regression", "--margin", "0.9", "--fixed-rounds",
                            "--allow-undecidable", "--in-process", "--no-progress"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 3, done.stdout[-2000:] + done.stderr  # two attempts cannot decide: a rerun
     step = [line for line in done.stdout.splitlines() if line.startswith("next: ")]
     assert len(step) == 1, done.stdout[-2000:]
-    assert "--until-decisive --max-attempts" in step[0] or "below what this machine resolves" in step[0]
+    assert any(words in step[0] for words in ("--until-decisive --max-attempts", "cannot resolve",
+                                              "sits near the bound")), step[0]
     assert "--until-decisive" not in step[0] or "--allow-undecidable" in step[0]  # the command as typed
 
 

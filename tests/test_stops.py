@@ -80,7 +80,7 @@ def test_a_resume_under_another_policy_is_refused_naming_both_unless_a_new_plan_
             main([*argv, "--allow-undecidable", *extra])
         return exit_info.value.code, capsys.readouterr().err
 
-    code, err = run()
+    code, err = run("--fixed-rounds")  # one look: a group whose looks reached their cap cannot be resumed at all
     assert code in (0, 3), err
     before = len(attempts())
     code, err = run("--resume", "--margin", "0.1")

@@ -354,11 +354,13 @@ def next_step(result: dict, command: list[str] | None = None) -> str | None:
                 f"does nothing 9 times in 10, and these {seen} did not: the change likely sits near the bound "
                 f"({_undecided(result)}), so more rounds are unlikely to settle it; read it as a change of about "
                 "that size, or ask a wider question (--margin)")
+    settles = (f"next: at the noise measured, {int(math.ceil(needed))} rounds settle '{question}' for a change that "
+               "does nothing 9 times in 10: ")
     if command and len(command) > 1 and command[1] in ("compare", "pipeline"):
         base = _without(command, {"--group": 1, "--resume": 0, "--until-decisive": 0, "--fixed-rounds": 0,
                                   "--max-attempts": 1})
-        return "next: " + shlex.join([*base, "--until-decisive", "--max-attempts", str(int(math.ceil(needed)))])
-    return (f"next: the same comparison, as a new group, with --until-decisive --max-attempts "
+        return settles + shlex.join([*base, "--until-decisive", "--max-attempts", str(int(math.ceil(needed)))])
+    return (f"{settles}the same comparison, as a new group, with --until-decisive --max-attempts "
             f"{int(math.ceil(needed))}")
 
 
