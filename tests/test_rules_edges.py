@@ -1137,3 +1137,18 @@ def test_spec_typeerror_is_ruletypeerror(call):
 
 def test_ruletypeerror_is_both():
     assert issubclass(RuleTypeError, ValueError) and issubclass(RuleTypeError, TypeError)
+
+
+def test_a_slowdown_is_written_as_one_never_as_a_negative_improvement():
+    """Issue 43: "an improvement of -364.6%" for a 4.6x slowdown read as nonsense."""
+    from mlflow_perfgate import rules
+    from mlflow_perfgate.rules._records import change_text
+
+    assert change_text(0.92) == "an improvement of 8.0%"
+    assert change_text(1.36) == "a slowdown of 36.0%"
+    assert change_text(4.646) == "4.65x slower"
+    base = [{"ok": True, "latency_ms": v, "quality": 0.9} for v in (100, 101, 99, 100, 102)]
+    slow = [{"ok": True, "latency_ms": 4.646 * v, "quality": 0.9} for v in (100, 101, 99, 100, 102)]
+    for method in ("seed", "robust"):
+        message = rules.decide(base, slow, method=method)["messages"]["improvement_ok"]
+        assert "x slower" in message and "improvement of -" not in message, message

@@ -82,6 +82,18 @@ def pct(value) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}%"
 
 
+def change_text(ratio) -> str:
+    """A latency ratio candidate / baseline in words: ``an improvement of 8.0%`` (at most 1), ``a slowdown
+    of 36.0%`` (below 2), ``4.65x slower`` (2 or more: never a negative improvement beyond 100%)."""
+    if ratio is None:
+        return "a change of n/a"
+    if ratio <= 1:
+        return f"an improvement of {pct(1 - ratio)}"
+    if ratio < 2:
+        return f"a slowdown of {pct(ratio - 1)}"
+    return f"{ratio:.3g}x slower"
+
+
 def plain(value, digits: int = 4) -> str:
     """A number as a person reads it: ``digits`` significant digits, never an exponent.
 

@@ -13,7 +13,7 @@ from ._checks import decided, failure_notes, failure_rate_check, precondition, q
 from ._errors import RuleTypeError, check_finite, typed_inputs
 from ._policy import DEFAULT_THRESHOLDS, SPEC_THRESHOLDS, Policy, check_settings
 from ._scalars import to_python
-from ._records import FASTEST_KEY, STEP_P10_KEY, ArmSummary, Check, Decision, ms, pct
+from ._records import FASTEST_KEY, STEP_P10_KEY, ArmSummary, Check, Decision, change_text, ms, pct
 from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._stats import nearest_rank
 
@@ -126,14 +126,16 @@ def latency_words(latency_key: str) -> str:
 
 
 def _improvement_text(f, what: str = "median") -> str:
-    return (f"{what} {ms(f['candidate'])} against baseline {ms(f['baseline'])} is an improvement of "
-            f"{pct(f['observed'])}; required {pct(f['required'])} (the larger of min_improvement and "
+    return (f"{what} {ms(f['candidate'])} against baseline {ms(f['baseline'])} is "
+            f"{change_text(1 - f['observed'])}; required an improvement of {pct(f['required'])} (the larger of "
+            "min_improvement and "
             f"baseline noise {pct(f['noise'])})")
 
 
 def _no_regression_text(f, what: str = "median") -> str:
-    return (f"{what} {ms(f['candidate'])} against baseline {ms(f['baseline'])} is an improvement of "
-            f"{pct(f['observed'])}; the least allowed is {pct(f['required'])} (minus the larger of margin "
+    return (f"{what} {ms(f['candidate'])} against baseline {ms(f['baseline'])} is "
+            f"{change_text(1 - f['observed'])}; the least improvement allowed is {pct(f['required'])} "
+            "(minus the larger of margin "
             f"and baseline noise {pct(f['noise'])})")
 
 

@@ -29,7 +29,7 @@ from ._checks import (
     verdict_of,
 )
 from ._policy import Policy
-from ._records import ArmSummary, Check, Decision, pct
+from ._records import ArmSummary, Check, Decision, change_text, pct
 from ._registry import Objective
 from ._sequential import sequential_thresholds
 from ._stats import (
@@ -67,7 +67,7 @@ def statistical_texts(interval: Callable[[Mapping], str], test: Callable[[Mappin
     interval and its test (both read the check's figures)."""
 
     def improvement(f: Mapping) -> str:
-        return (f"{interval(f)}, an improvement of {pct(1 - f['ratio'])}; required {pct(f['required'])} "
+        return (f"{interval(f)}, {change_text(f['ratio'])}; required an improvement of {pct(f['required'])} "
                 f"and one-sided {test(f)} {p_value_text(f['p_value'], f['alpha'])}")
 
     def no_regression(f: Mapping) -> str:
