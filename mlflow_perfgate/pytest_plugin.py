@@ -610,12 +610,18 @@ def _outcome(entry: dict, result: dict, summary: dict) -> Outcome:
 _LOCAL_LINK = ", then open "
 
 
+def _number(value: float) -> str:
+    """A ratio with three decimals, or in scientific notation where three decimals would show it as 0.000
+    (a ratio of 1.5e-4) or hide its size (10,000 and more)."""
+    return f"{value:.3e}" if value != 0 and not 1e-3 <= abs(value) < 1e4 else f"{value:.3f}"
+
+
 def _figure(outcome: Outcome) -> str:
     """The ratio with its interval (the statistical methods), else the seed method's observed improvement."""
     if outcome.ratio is not None:
         low, high = outcome.ratio_ci_low, outcome.ratio_ci_high
-        return (f"{outcome.ratio:.3f} [{'-inf' if low is None else f'{low:.3f}'}, "
-                f"{'inf' if high is None else f'{high:.3f}'}]")
+        return (f"{_number(outcome.ratio)} [{'-inf' if low is None else _number(low)}, "
+                f"{'inf' if high is None else _number(high)}]")
     improvement = outcome.result.get("observed_improvement")
     if improvement is not None:
         return f"improvement {improvement * 100:+.1f}%"

@@ -431,3 +431,17 @@ def test_under_xdist_the_suite_runs_once_for_every_worker_on_a_fresh_store(pytes
     assert len(suites) == 1 and suites.iloc[0]["entries"] == 4  # once, not once per worker
     frame = pg.decisions(experiment_name="xdist", suite="pytest")
     assert len(frame) == 4 and frame["group"].nunique() == 4
+
+
+def test_tiny_and_huge_ratios_are_printed_in_scientific_notation_in_the_table():
+    """Issue 43: a ratio of 1.5e-4 printed as 0.000 [0.000, 0.000]."""
+    from mlflow_perfgate.pytest_plugin import Outcome, _figure
+
+    def figure(ratio, low, high):
+        return _figure(Outcome(name="t", verdict="accept", own_verdict="accept", reason="r", message="m",
+                               ratio=ratio, ratio_ci_low=low, ratio_ci_high=high, group="g", decision_run_id=None,
+                               decision_run_url=None))
+
+    assert figure(1.5e-4, 1.2e-4, 1.9e-4) == "1.500e-04 [1.200e-04, 1.900e-04]"
+    assert figure(0.931, 0.9, None) == "0.931 [0.900, inf]"
+    assert figure(25000.0, 0.5, 3e4) == "2.500e+04 [0.500, 3.000e+04]"
