@@ -141,6 +141,8 @@ RECOMMENDED = {"method": "paired", "latency": "p10", "interleave": "steps", "thr
 #: one look). The no-op gate lab (``benchmarks/results/lab_gate.md``) chose it: identical arms are
 #: passed where one look at 10 rounds leaves a fifth of them undecided under a busy neighbour.
 NON_REGRESSION_CAP = 2
+#: ``compare --until-decisive`` without ``--max-attempts``: up to this many times its rounds.
+UNTIL_DECISIVE_CAP = 4
 #: The methods whose rule spends alpha across looks (``look``, ``max_looks``).
 SEQUENTIAL_METHODS = ("paired", "robust")
 #: What the specification's rule runs with where its caller does not say (``method="seed"``, given or
@@ -847,7 +849,7 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
         threads=rest.get("threads"), attempts=attempts,
         steps_given=not isinstance(conditions, dict) or "steps" in conditions, supervised=supervised, runner=runner,
         until_decisive=until_decisive, resume=bool(rest.get("resume")))
-    cap = 4 if until_decisive else NON_REGRESSION_CAP  # asked for: 4 times the rounds; by default: 2
+    cap = UNTIL_DECISIVE_CAP if until_decisive else NON_REGRESSION_CAP  # asked for, or the default's
     until_decisive = configuration.until_decisive
     attempts, interleave = configuration.attempts, configuration.interleave
     rest["threads"] = configuration.threads

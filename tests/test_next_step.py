@@ -91,3 +91,13 @@ def test_the_advice_is_planned_from_the_noise_not_from_where_one_run_s_estimate_
     assert 3.5 <= twice / settling_pairs(noise, bound=1.05, alpha=0.05) <= 4.5
     assert settling_pairs(noise, bound=1.10, alpha=0.05) < settling_pairs(noise, bound=1.05, alpha=0.05)
     assert settling_pairs(noise[:1], bound=1.05, alpha=0.05) is None
+
+
+def test_numpy_scalars_read_as_the_numbers_they_are():
+    import numpy as np
+
+    result = _rerun(recommended_attempts=np.int64(8), pairs=np.int64(20), mode="non_regression",
+                    margin=np.float32(0.025), step_tail_ok=None, step_tail_ratio=np.float32(1.071))
+    step = next_step(result, TYPED)
+    assert "8 rounds settle 'no slower than 2.5%'" in step and "these 20 did not" in step, step
+    assert "the step tail 1.071" in step

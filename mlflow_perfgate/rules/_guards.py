@@ -149,9 +149,9 @@ def guarded(decision: Decision, b: ArmSummary, c: ArmSummary, policy: Policy) ->
         verdict, reason = "rerun", "inconclusive"
     advice = decision.advice if verdict == decision.verdict else {**decision.advice, "recommended_attempts": None}
     if verdict == "rerun" and reason == "inconclusive":  # the most rounds any undecided figure needs
-        undecided_main = decision.verdict == "rerun"
         needed = [check.figures.get("settling_rounds") for check in checks if check.passed is None]
-        needed.append(decision.advice.get("recommended_attempts") if undecided_main else None)
+        if decision.verdict == "rerun":  # the method's own figure undecided too
+            needed.append(decision.advice.get("recommended_attempts"))
         needed = [n for n in needed if n is not None]
         if needed:
             advice = {**advice, "recommended_attempts": max(needed)}

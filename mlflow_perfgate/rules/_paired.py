@@ -34,10 +34,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ._checks import (
-    REL_TOL,
-    above,
-)
+from ._checks import REL_TOL
 from ._policy import Policy
 from ._records import ArmSummary, Decision, interval_text
 from ._registry import Figure, Method, Objective
@@ -168,8 +165,8 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
                         text_figures={"pairs": len(rounds), "how": how})
 
     def advice(alpha: float, tail_alpha: float, at_least: int, ratio: float | None) -> int | None:
-        ratio = math.exp(paired_log_shift(d, None)[0]) if ratio is None else ratio
-        return _advice(d, ratio, policy, alpha, tail_alpha, at_least)
+        del at_least, ratio  # a plan from the noise: neither the rounds seen nor where the estimate stood
+        return _advice(d, policy, alpha, tail_alpha)
 
     return statistical_decision(b, c, policy, objective, method="paired", look=look, max_looks=max_looks,
                                 estimate=estimate, advice=advice, texts=(_improvement_text, _no_regression_text),
@@ -177,15 +174,14 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
                                 previous_fraction=previous_fraction)
 
 
-def _advice(d, ratio: float, policy: Policy, alpha: float, tail_alpha: float, at_least: int) -> int | None:
+def _advice(d, policy: Policy, alpha: float, tail_alpha: float) -> int | None:
     """Rounds (attempts per arm) that settle it, never below ``min_valid_runs`` nor the fewest that can reach the level.
 
     A plan from the rounds' spread alone (:func:`_stats.settling_pairs`): the rounds whose interval,
     each tail at ``tail_alpha``, clears the question's bound (``1 + margin``; ``1 - min_improvement``)
     for a change that does nothing, with probability :data:`_stats.SETTLE_POWER`. Where one run's
-    estimate stood (``ratio``) does not move it, so the advice does not grow run after run.
+    estimate stood does not move it, nor the rounds it ran, so the advice does not grow run after run.
     """
-    del ratio, at_least  # a plan from the noise: not raised to the rounds one run happened to need
     improvement = policy.mode == "improvement"
     bound = 1 - policy.min_improvement if improvement else 1 + policy.margin
     floor = min_pairs_signed_rank(alpha if improvement else tail_alpha)  # an accept's test, or its interval

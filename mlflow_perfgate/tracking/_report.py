@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import shlex
 import statistics
@@ -289,9 +290,14 @@ _UNDECIDED = (("improvement_ok", "ratio_estimate", "the judged ratio"),
               ("step_tail_ok", "step_tail_ratio", "the step tail"))
 
 
+def _number(value) -> bool:
+    """A figure that is a number (a numpy or a plain one; a flag is not)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _undecided(result: dict) -> str:
     """The figures a rerun left undecided, each with its ratio: ``the step tail 1.079``."""
-    words = [f"{text} {result[figure]:.3f}" if isinstance(result.get(figure), (int, float)) else text
+    words = [f"{text} {result[figure]:.3f}" if _number(result.get(figure)) else text
              for check, figure, text in _UNDECIDED if check in result and result[check] is None]
     return ", ".join(words) or "the judged figures"
 
@@ -300,11 +306,12 @@ def _question(result: dict) -> tuple[str, float | None]:
     """The question a rerun left open in words, and its bound as a signed relative change."""
     if result.get("mode") == "non_regression":
         margin = result.get("margin")
-        return (f"no slower than {margin:.0%}" if isinstance(margin, (int, float)) else "no slower than the margin",
-                margin if isinstance(margin, (int, float)) else None)
+        if _number(margin):
+            return f"no slower than {float(margin) * 100:g}%", float(margin)
+        return "no slower than the margin", None
     required = result.get("required_improvement")
-    if isinstance(required, (int, float)):
-        return f"at least {required:.0%} faster", -required
+    if _number(required):
+        return f"at least {float(required) * 100:g}% faster", -float(required)
     return "the declared improvement", None
 
 
@@ -336,7 +343,7 @@ def next_step(result: dict, command: list[str] | None = None) -> str | None:
                 "(--interleave steps --latency p10, compare's defaults)")
     needed = result.get("recommended_attempts")
     question, bound = _question(result)
-    if isinstance(needed, (int, float)) and needed > RESOLVABLE_ATTEMPTS:
+    if _number(needed) and needed > RESOLVABLE_ATTEMPTS:
         resolves = ""
         if bound is not None:  # the rounds needed grow as 1 / log(1 + bound)^2 at the same noise
             scaled = math.expm1(math.log1p(bound) * math.sqrt(needed / RESOLVABLE_ATTEMPTS))
@@ -346,10 +353,11 @@ def next_step(result: dict, command: list[str] | None = None) -> str | None:
         return (f"next: this machine cannot resolve '{question}' at this noise: about {needed:.0f} rounds per arm "
                 f"would be needed to settle even a change that does nothing{resolves}; cut the noise "
                 f"({_noise_cuts(result)}), or ask a question it can answer (--margin)")
-    if not isinstance(needed, (int, float)) or needed < 1:
+    if not _number(needed) or needed < 1:
         return "next: add attempts (a new comparison with more --attempts, or --until-decisive)"
     seen = result.get("pairs")
-    if isinstance(seen, int) and needed <= seen:
+    if _number(seen) and needed <= seen:
+        seen = int(seen)
         return (f"next: at the noise measured, {int(math.ceil(needed))} rounds settle '{question}' for a change that "
                 f"does nothing 9 times in 10, and these {seen} did not: the change likely sits near the bound "
                 f"({_undecided(result)}), so more rounds are unlikely to settle it; read it as a change of about "
