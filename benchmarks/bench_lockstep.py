@@ -100,9 +100,11 @@ def phases(uri: str, result: dict, began: float, ended: float, measured: float) 
     ``decide`` (the last attempt's end to the command's exit: the decision, its run, plot and report)."""
     from mlflow import MlflowClient
 
+    from mlflow_perfgate.tracking import TAG
+
     client = MlflowClient(tracking_uri=uri)
     ids = {a["attempt_id"] for a in result["attempts"]}
-    runs = [r for r in client.search_runs(["0"], max_results=1000) if r.data.tags.get("perfgate.attempt_id") in ids]
+    runs = [r for r in client.search_runs(["0"], max_results=1000) if r.data.tags.get(TAG.ATTEMPT_ID) in ids]
     if not runs:
         return {}
     first = min(r.info.start_time for r in runs) / 1e3

@@ -26,16 +26,11 @@ it, ``lab_gate.md``).
 
 from __future__ import annotations
 
-import json
 import os
-import random
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
-from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -61,53 +56,15 @@ def run_comparison(args, calibration: dict, setup: dict, kind: str, source: str,
                    hood) -> dict:
     group = f"gate-{kind}-{source}-{effect:+.2f}-{index}"
     command, cwd = _command(args, calibration, setup, source, effect, group)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": setup["store"],
-           "PYTHONPATH": os.pathsep.join(filter(None, [HERE, setup["environments"]["bench"],
-                                                       os.environ.get("PYTHONPATH")]))}
-    before, started = lab.loadavg(), time.monotonic()
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=3600)
-    wall_s = time.monotonic() - started
-    hood.check()
-    row = {"kind": kind, "source": source, "effect": effect, "index": index, "rounds": ROUNDS, "wall_s": wall_s,
-           "exit": done.returncode, "load": (before + lab.loadavg()) / 2}
-    try:
-        result = json.loads(done.stdout)
-    except ValueError:
-        row.update(decision=None, error=(done.stderr or done.stdout)[-2000:], attempts=[])
-        return row
-    row["decision"] = result["decision"]
-    row["configuration"] = result.get("configuration")
-    row["attempts"] = [{key: attempt.get(key) for key in ("arm", "pair", "state", "latency_ms", "step_p10_ms",
-                                                          "fastest_step_ms", "step_mean_ms", "step_p95_ms",
-                                                          "start_time")}
-                       for attempt in result["attempts"]]
-    return row
+    return lockstep.run_command(command, cwd, setup, hood, {"kind": kind, "source": source, "effect": effect,
+                                                            "index": index, "rounds": ROUNDS},
+                                keys=(*lockstep.ATTEMPT_KEYS, "start_time"))
 
 
 def collect(args, out) -> None:
-    calibration = lab.calibrate(args)
-    print(f"calibration: {json.dumps(calibration)}", file=sys.stderr)
-    folder = Path(tempfile.mkdtemp(prefix="lab-gate-"))
-    step_ms = calibration["base_step_ms"]
-    setup = {"store": f"sqlite:///{folder}/mlflow.db",
-             "repository": lockstep.make_repository(folder, step_ms),
-             "environments": lockstep.make_environments(folder, step_ms)}
-    out.write(json.dumps({"calibration": calibration, "setup": setup, "args": vars(args)}) + "\n")
-    out.flush()
     plan = {cell: max(1, round(count * args.collections)) for cell, count in PLAN.items()
             if cell[0] in args.sources and cell[1] in args.gate_effects}
-    rng = random.Random(args.seed)
-    for kind in args.kinds:
-        with lab.Neighbours(lab.neighbour_plan(kind, step_ms / 1e3), 7200 + sum(plan.values()) * 90) as hood:
-            for index in range(max(plan.values())):
-                cells = [cell for cell, count in plan.items() if index < count]
-                rng.shuffle(cells)
-                for source, effect in cells:
-                    row = run_comparison(args, calibration, setup, kind, source, effect, index, hood)
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
-                    print(f"{kind:8} {source:8} {effect:+.2f} #{index}: {row['wall_s']:.1f} s, exit {row['exit']}, "
-                          f"{row.get('decision')}, load {row['load']:.2f}", file=sys.stderr)
+    lockstep.collect_plan(args, out, plan, run_comparison, prefix="lab-gate-", seconds_each=90)
 
 
 # --- judging ---------------------------------------------------------------------------------------

@@ -181,12 +181,13 @@ def _command(args, calibration: dict, setup: dict, source: str, effect: float, r
             f"--change=python={pythons[str(effect)]}", *common], setup["environments"]["bench"]
 
 
-def run_comparison(args, calibration: dict, setup: dict, kind: str, source: str, effect: float, index: int,
-                   hood) -> dict:
-    """One comparison as a user runs it; its row (the attempts' figures, the command's decision, its wall time)."""
-    rounds = 20 if abs(effect) == 0.07 else 10
-    group = f"lab-{kind}-{source}-{effect:+.2f}-{index}"
-    command, cwd = _command(args, calibration, setup, source, effect, rounds, group)
+#: What a row keeps of each attempt the command reports.
+ATTEMPT_KEYS = ("arm", "pair", "state", "latency_ms", "step_p10_ms", "fastest_step_ms", "step_mean_ms", "step_p95_ms")
+
+
+def run_command(command: list[str], cwd: str, setup: dict, hood, row: dict, keys: tuple = ATTEMPT_KEYS) -> dict:
+    """Run one comparison's command as a user does (a fresh process, the lab's store); ``row`` (its cell)
+    completed with its wall time, exit code, load, decision and each attempt's ``keys``."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": setup["store"],
            "PYTHONPATH": os.pathsep.join(filter(None, [HERE, setup["environments"]["bench"],
                                                        os.environ.get("PYTHONPATH")]))}
@@ -194,8 +195,7 @@ def run_comparison(args, calibration: dict, setup: dict, kind: str, source: str,
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=3600)
     wall_s = time.monotonic() - started
     hood.check()
-    row = {"kind": kind, "source": source, "effect": effect, "index": index, "rounds": rounds, "wall_s": wall_s,
-           "exit": done.returncode, "load": (before + lab.loadavg()) / 2}
+    row = {**row, "wall_s": wall_s, "exit": done.returncode, "load": (before + lab.loadavg()) / 2}
     try:
         result = json.loads(done.stdout)
     except ValueError:
@@ -203,37 +203,53 @@ def run_comparison(args, calibration: dict, setup: dict, kind: str, source: str,
         return row
     row["decision"] = result["decision"]
     row["configuration"] = result.get("configuration")
-    row["attempts"] = [{key: attempt.get(key) for key in ("arm", "pair", "state", "latency_ms", "step_p10_ms",
-                                                          "fastest_step_ms", "step_mean_ms", "step_p95_ms")}
-                       for attempt in result["attempts"]]
+    row["attempts"] = [{key: attempt.get(key) for key in keys} for attempt in result["attempts"]]
     return row
 
 
-def collect(args, out) -> None:
-    """Every kind's cells, each comparison a row appended to ``out`` (JSON lines) as soon as it ends."""
+def run_comparison(args, calibration: dict, setup: dict, kind: str, source: str, effect: float, index: int,
+                   hood) -> dict:
+    """One comparison as a user runs it; its row (the attempts' figures, the command's decision, its wall time)."""
+    rounds = 20 if abs(effect) == 0.07 else 10
+    group = f"lab-{kind}-{source}-{effect:+.2f}-{index}"
+    command, cwd = _command(args, calibration, setup, source, effect, rounds, group)
+    return run_command(command, cwd, setup, hood, {"kind": kind, "source": source, "effect": effect, "index": index,
+                                                   "rounds": rounds})
+
+
+def collect_plan(args, out, plan: dict, run, *, prefix: str, seconds_each: float) -> None:
+    """Every kind's cells of ``plan`` (``(source, effect) -> comparisons``), each comparison ``run(args,
+    calibration, setup, kind, source, effect, index, hood)``'s row appended to ``out`` (JSON lines) as soon
+    as it ends; under one kind, comparison ``i`` of every cell runs before comparison ``i + 1`` of any, in a
+    seeded random order. The neighbours' horizon allows ``seconds_each`` per comparison beyond two hours."""
     calibration = lab.calibrate(args)
     print(f"calibration: {json.dumps(calibration)}", file=sys.stderr)
-    folder = Path(tempfile.mkdtemp(prefix="lab-lockstep-"))
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
     step_ms = calibration["base_step_ms"]
     setup = {"store": f"sqlite:///{folder}/mlflow.db", "repository": make_repository(folder, step_ms),
              "environments": make_environments(folder, step_ms)}
     out.write(json.dumps({"calibration": calibration, "setup": setup, "args": vars(args)}) + "\n")
     out.flush()
-    chosen = SHORT_PLAN if args.plan == "short" else PLAN
-    plan = {cell: max(1, round(count * args.collections)) for cell, count in chosen.items() if cell[0] in args.sources}
     rng = random.Random(args.seed)
     for kind in args.kinds:
-        horizon = 7200 + sum(plan.values()) * 60
+        horizon = 7200 + sum(plan.values()) * seconds_each
         with lab.Neighbours(lab.neighbour_plan(kind, step_ms / 1e3), horizon) as hood:
             for index in range(max(plan.values())):
                 cells = [cell for cell, count in plan.items() if index < count]
                 rng.shuffle(cells)
                 for source, effect in cells:
-                    row = run_comparison(args, calibration, setup, kind, source, effect, index, hood)
+                    row = run(args, calibration, setup, kind, source, effect, index, hood)
                     out.write(json.dumps(row) + "\n")
                     out.flush()
                     print(f"{kind:8} {source:8} {effect:+.2f} #{index}: {row['wall_s']:.1f} s, exit {row['exit']}, "
                           f"{row.get('decision')}, load {row['load']:.2f}", file=sys.stderr)
+
+
+def collect(args, out) -> None:
+    """Every kind's cells, each comparison a row appended to ``out`` (JSON lines) as soon as it ends."""
+    chosen = SHORT_PLAN if args.plan == "short" else PLAN
+    plan = {cell: max(1, round(count * args.collections)) for cell, count in chosen.items() if cell[0] in args.sources}
+    collect_plan(args, out, plan, run_comparison, prefix="lab-lockstep-", seconds_each=60)
 
 
 # --- judging ---------------------------------------------------------------------------------------
