@@ -14,6 +14,7 @@ _EXPORTS = {
     "ArmSummary": "mlflow_perfgate.rules",
     "Check": "mlflow_perfgate.rules",
     "Decision": "mlflow_perfgate.rules",
+    "Deciding": "mlflow_perfgate.rules",
     "Figure": "mlflow_perfgate.rules",
     "Method": "mlflow_perfgate.rules",
     "Objective": "mlflow_perfgate.rules",

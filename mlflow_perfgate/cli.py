@@ -667,14 +667,17 @@ def evaluate(group, experiment, stale_after, output_format, **kwargs):
 @cli.command()
 @click.option("--experiment", default=None, help="Experiment name.")
 @click.option("--group", default=None, help="Only this comparison's decisions.")
-@click.option("--suite", "suite_name", default=None, help="Only the decisions of this suite's entries.")
+@click.option("--suite", "suite_name", default=None,
+              help="Only the decisions of this suite's entries (with --kind suite: only this suite's runs).")
+@click.option("--kind", type=click.Choice(["decision", "suite"]), default="decision", show_default=True,
+              help="decision: a comparison's decision runs; suite: the suite runs (one verdict over many entries).")
 @click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table")
 @guarded
 @only_reads
 @reads_only
-def decisions(experiment, group, suite_name, output_format):
-    """List decision runs, newest first."""
-    frame = _decisions_frame(experiment, group, suite_name)
+def decisions(experiment, group, suite_name, kind, output_format):
+    """List decision runs (or suite runs), newest first."""
+    frame = _decisions_frame(experiment, group, suite_name, kind)
     if output_format == "json":
         click.echo(frame.to_json(orient="records", date_format="iso", indent=2, double_precision=15))  # lists as arrays
     elif output_format == "csv":
@@ -682,11 +685,15 @@ def decisions(experiment, group, suite_name, output_format):
                  if frame[name].map(lambda value: isinstance(value, list)).any()}
         click.echo(frame.assign(**lists).to_csv(index=False), nl=False)  # a list as its JSON array's text
     elif frame.empty:
-        click.echo("no decisions")
+        click.echo("no suite decisions" if kind == "suite" else "no decisions")
+    elif kind == "suite":
+        shown = frame.assign(start_time=frame["start_time"].dt.strftime("%Y-%m-%d %H:%M:%S"))
+        click.echo(shown[["start_time", "suite", "decision", "reason", "entries", "entries_accept", "entries_reject",
+                          "entries_rerun", "alpha", "control", "run_id"]].to_string(index=False, max_colwidth=48))
     else:
         columns = ["start_time", "group", "decision", "failed_checks", "reason_text", "objective", "method",
                    "latency", "changed_variable", "baseline_value", "candidate_value", "baseline_median_ms",
-                   "candidate_median_ms", "observed_improvement", "memory_reduction", "run_id"]
+                   "candidate_median_ms", "improvement", "memory_reduction", "run_id"]
         if suite_name is not None:
             columns[1:1] = ["suite_entry", "suite_decision"]
         shown = frame[columns].assign(failed_checks=frame["failed_checks"].map(lambda names: ", ".join(names) or "-"),
@@ -694,7 +701,7 @@ def decisions(experiment, group, suite_name, output_format):
         click.echo(shown.rename(columns={"reason_text": "why"}).to_string(index=False, max_colwidth=48))
 
 
-def _decisions_frame(experiment, group, suite_name):
+def _decisions_frame(experiment, group, suite_name, kind="decision"):
     """``tracking.decisions``; a local SQLite store is read without importing MLflow (about 2 s less)."""
     from mlflow_perfgate.tracking._sqlite_decisions import decisions_frame, default_uri
 
@@ -703,7 +710,7 @@ def _decisions_frame(experiment, group, suite_name):
 
         return mlflow_decision_records(*query)
 
-    return decisions_frame(default_uri(), experiment, group, suite_name, through_mlflow)
+    return decisions_frame(default_uri(), experiment, group, suite_name, through_mlflow, kind)
 
 
 @cli.command()
@@ -1261,7 +1268,7 @@ def _refuse_bisect_options_without_bisect(bisect_range) -> None:
 @click.option("--margin", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="With --bisect: the slowdown against GOOD tolerated before a revision is bad (the step tail's "
                    "bound too, maximum_p95_ratio = 1 + margin, unless --threshold gives it).")
-@click.option("--method", type=RegistryChoice(_METHODS, lambda entry: entry.boundary_p_value is not None),
+@click.option("--method", type=RegistryChoice(_METHODS, lambda entry: entry.statistical),
               default="paired", show_default=True,
               help="With --bisect: how each comparison decides (a method with a test: paired, robust, a plugin's).")
 @click.option("--threshold", "extra_thresholds", multiple=True, metavar="NAME=VALUE",

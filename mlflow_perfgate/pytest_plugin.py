@@ -597,10 +597,10 @@ def _outcome(entry: dict, result: dict, summary: dict) -> Outcome:
             counted = {reason: reasons.count(reason) for reason in reasons}
             lines.append(f"{arm} attempts failed: " + "; ".join(f"{reason} (x{count})" if count > 1 else reason
                                                                 for reason, count in counted.items()))
-    figures = entry.get("figures") or {}
+    deciding = entry.get("deciding") or {}  # the deciding method's figures, whatever the method
     return Outcome(name=entry["name"], verdict=verdict, own_verdict=entry["own_verdict"], reason=entry["reason"],
-                   message="\n".join(lines), ratio=figures.get("ratio_estimate"),
-                   ratio_ci_low=figures.get("ratio_ci_low"), ratio_ci_high=figures.get("ratio_ci_high"),
+                   message="\n".join(lines), ratio=deciding.get("ratio"),
+                   ratio_ci_low=deciding.get("ratio_ci_low"), ratio_ci_high=deciding.get("ratio_ci_high"),
                    group=entry["group"], decision_run_id=entry.get("decision_run_id"),
                    decision_run_url=entry.get("decision_run_url"), result=result)
 
@@ -617,15 +617,13 @@ def _number(value: float) -> str:
 
 
 def _figure(outcome: Outcome) -> str:
-    """The ratio with its interval (the statistical methods), else the seed method's observed improvement."""
-    if outcome.ratio is not None:
-        low, high = outcome.ratio_ci_low, outcome.ratio_ci_high
-        return (f"{_number(outcome.ratio)} [{'-inf' if low is None else _number(low)}, "
-                f"{'inf' if high is None else _number(high)}]")
-    improvement = outcome.result.get("observed_improvement")
-    if improvement is not None:
-        return f"improvement {improvement * 100:+.1f}%"
-    return "n/a"
+    """The deciding method's ratio with its interval (where it has one), else "n/a"."""
+    if outcome.ratio is None:
+        return "n/a"
+    low, high = outcome.ratio_ci_low, outcome.ratio_ci_high
+    if low is None and high is None and ((outcome.result or {}).get("deciding") or {}).get("confidence") is None:
+        return _number(outcome.ratio)  # a method without an interval
+    return f"{_number(outcome.ratio)} [{'-inf' if low is None else _number(low)}, {'inf' if high is None else _number(high)}]"
 
 
 def summary_lines(gate: _Gate) -> list[str]:

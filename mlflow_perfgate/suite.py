@@ -372,7 +372,7 @@ def _entry_policy(merged: dict, where: str):
         policy = rules.Policy(**{k: v for k, v in options.items() if v is not None}, **merged["thresholds"])
     except PolicyError as exc:
         raise PolicyError(f"{where}: {exc}") from None
-    if policy.objective == "latency" and METHODS.require(policy.method).boundary_p_value is None:
+    if policy.objective == "latency" and not METHODS.require(policy.method).statistical:
         raise PolicyError(f"{where}: the {policy.method} method gives no p-value; a suite's error control needs a "
                           f"statistical method for a latency entry: method = one of {methods_with_p_values()}")
     return policy

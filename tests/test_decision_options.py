@@ -24,7 +24,13 @@ def test_every_decision_logs_both_methods(sqlite_uri):
     assert robust["ratio_ci_high"] < 1
     run = MlflowClient().get_run(seed["decision_run_id"])
     assert run.data.tags["perfgate.robust_decision"] == "accept"
-    assert {"p_value", "ratio_estimate", "ratio_ci_low", "ratio_ci_high"} <= set(run.data.metrics)
+    # the companion's figures under its prefix; the headline is the seed's own (a ratio of medians, no test)
+    assert {"robust_p_value", "robust_ratio_estimate", "robust_ratio_ci_low", "robust_ratio_ci_high"} <= \
+        set(run.data.metrics)
+    assert run.data.metrics["robust_p_value"] == pytest.approx(robust["p_value"])
+    assert run.data.metrics["ratio_estimate"] == pytest.approx(1 - seed["observed_improvement"])
+    assert "p_value" not in run.data.metrics and "ratio_ci_low" not in run.data.metrics
+    assert run.data.tags[TAG.HEADLINE] == "deciding"
     assert "Mann-Whitney" in run.data.tags[TAG.NOTE]
 
 

@@ -268,9 +268,10 @@ def test_evaluate_judges_a_sequential_comparison_s_group_at_the_look_it_reached(
     assert single["alpha"] == 0.02 and not any("judged at look" in w for w in single["warnings"])
     # the test behind the p-value is a column of decisions()
     rows = pg.decisions(group="seq")
-    assert rows.iloc[0]["p_value_method"] == single["p_value_method"]
-    assert set(rows["p_value_method"]) <= {"exact", "exact (sign flips; ties or zeros)", single["p_value_method"],
-                                           result["p_value_method"]}
+    assert rows.iloc[0]["p_value_method"] == single["deciding"]["test"] == \
+        f"Wilcoxon signed-rank ({single['p_value_method']})"
+    assert set(rows["p_value_method"]) <= {f"Wilcoxon signed-rank ({how})" for how in (
+        "exact", "exact (sign flips; ties or zeros)", single["p_value_method"], result["p_value_method"])}
 
 
 def test_too_few_to_decide_knows_each_exact_test_s_floor():

@@ -246,7 +246,7 @@ def test_the_gate_refuses_what_it_cannot_control():
         EntryEvidence("a", "maybe", tests={"p95_ok": 1.0})
     decision = METHODS["seed"].rule(ArmSummary.from_runs(runs([10] * 5)), ArmSummary.from_runs(runs([9] * 5)),
                                     Policy(), OBJECTIVES["latency"])
-    with pytest.raises(PolicyError, match="seed method, which gives no p-value"):
+    with pytest.raises(PolicyError, match="seed method, whose decisions give no test p-value"):
         entry_evidence("seedy", decision)
 
 
@@ -257,12 +257,17 @@ def test_entry_evidence_from_a_decision_a_dict_and_a_precondition():
                                       OBJECTIVES["latency"])
     evidence = entry_evidence("slow", decision)
     assert evidence.verdict == "reject" and evidence.tests["no_regression_ok"] == pytest.approx(1 / 252)
-    assert evidence.figures["boundary"] == pytest.approx(1.05)
+    assert evidence.deciding.boundary == pytest.approx(1.05)
     from mlflow_perfgate.rules import decide
 
     as_dict = decide(base, cand, method="robust", mode="non_regression")
-    again = entry_evidence("slow", as_dict, baseline_runs=base, candidate_runs=cand)
-    assert dict(again.tests) == dict(evidence.tests)
+    again = entry_evidence("slow", as_dict)  # the dict's deciding figures: no records needed
+    assert dict(again.tests) == dict(evidence.tests) and again.deciding == evidence.deciding
+    earlier = {key: value for key, value in as_dict.items() if key != "deciding"}  # the earlier release's dict
+    with pytest.raises(InputError, match="give the attempt records"):
+        entry_evidence("slow", earlier)
+    from_records = entry_evidence("slow", earlier, baseline_runs=base, candidate_runs=cand)
+    assert dict(from_records.tests) == pytest.approx(dict(evidence.tests))
     few = decide(base[:2], cand[:2], method="robust", mode="non_regression")
     assert few["decision"] == "rerun"
     assert dict(entry_evidence("few", few, baseline_runs=base[:2], candidate_runs=cand[:2]).tests) == \

@@ -63,6 +63,7 @@ _RECORDS = {
     "look_adjusted_p": "_suite",
     "suite_gate": "_suite",
     "Decision": "_records",
+    "Deciding": "_records",
     "Figure": "_registry",
     "Method": "_registry",
     "Objective": "_registry",

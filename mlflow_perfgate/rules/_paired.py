@@ -171,7 +171,9 @@ def paired_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
     return statistical_decision(b, c, policy, objective, method="paired", look=look, max_looks=max_looks,
                                 estimate=estimate, advice=advice, texts=(_improvement_text, _no_regression_text),
                                 at_least=len(rounds) + 1, early_figures={"pairs": len(rounds)},
-                                previous_fraction=previous_fraction)
+                                previous_fraction=previous_fraction,
+                                boundary_p=lambda boundary: paired_boundary_p_value(b, c, boundary),
+                                test=lambda found: _test_name(found.figures["p_value_method"]))
 
 
 def _advice(d, policy: Policy, alpha: float, tail_alpha: float) -> int | None:

@@ -23,6 +23,7 @@ __all__ = [
     "ArmSummary",
     "Check",
     "Decision",
+    "Deciding",
     "REASONS",
     "STATUS_WORDS",
     "VERDICTS",
@@ -395,6 +396,108 @@ class Check:
         return cls(name, passed, f"{STATUS_WORDS[passed]}: {text(figures)}", figures)
 
 
+def _ratio_or_none(value: Any, name: str) -> float | None:
+    value = to_python(value)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not check_finite(value, name) or value <= 0:
+        raise InputError(f"{name} must be a finite ratio > 0 or None, got {value!r}")
+    return float(value)
+
+
+def _p_or_none(value: Any, name: str) -> float | None:
+    value = to_python(value)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not check_finite(value, name) or not 0 <= value <= 1:
+        raise InputError(f"{name} must be a p-value in [0, 1] or None, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Deciding:
+    """The deciding method's figures under fixed names: what every reader of a decision reads.
+
+    A method's own figures (:attr:`Decision.figures`) keep its own names; these say the same
+    answer in the names the suite's error control, the report's headline, the pytest plugin's
+    table, the decision run's headline metrics and ``decisions()`` read, whatever the method.
+
+    Attributes:
+        ratio: the method's estimate of the judged ratio, candidate over baseline, on the figure
+            it judged (``latency="p10"``: the attempts' p10 step), ``None`` where it computed none
+            (a precondition answered first).
+        ratio_ci_low, ratio_ci_high: its interval (``None``: none, or unbounded on that side).
+        confidence: the interval's two-sided level at this look (``None``: no interval).
+        p_value: the p-value of the method's main test as its report prints it (the paired
+            method's signed-rank test, the robust method's Mann-Whitney test: one-sided, towards a
+            faster candidate in improvement mode and a slower one in non_regression mode);
+            ``None`` for a method without a test (``seed``).
+        test: the name of that test (``"Wilcoxon signed-rank (exact)"``), ``None`` without one.
+        boundary: the ratio the main check holds the estimate to: ``1 - min_improvement`` in
+            improvement mode, ``1 + margin`` in non_regression mode.
+        boundary_p_value: the one-sided p-value of "the ratio lies beyond ``boundary`` on the
+            failing side" (above it): the test the interval inverts, small when the main check's
+            failure is significant; ``None`` where the method gives none.
+        tests: for each statistical check of the decision (the main check and the tail test, or
+            a plugin's own), the p-value of the test its failure rests on, by check name: the
+            family a suite's error control adjusts. Empty: the method gives none, and a suite
+            refuses it.
+    """
+
+    ratio: float | None = None
+    ratio_ci_low: float | None = None
+    ratio_ci_high: float | None = None
+    confidence: float | None = None
+    p_value: float | None = None
+    test: str | None = None
+    boundary: float | None = None
+    boundary_p_value: float | None = None
+    tests: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("ratio", "ratio_ci_low", "ratio_ci_high"):
+            object.__setattr__(self, name, _ratio_or_none(getattr(self, name), name))
+        boundary = to_python(self.boundary)  # the seed's bar, 1 - max(min_improvement, noise), may fall below 0
+        if boundary is not None and (isinstance(boundary, bool) or not check_finite(boundary, "boundary")):
+            raise InputError(f"boundary must be a finite number or None, got {boundary!r}")
+        object.__setattr__(self, "boundary", None if boundary is None else float(boundary))
+        for name in ("confidence", "p_value", "boundary_p_value"):
+            object.__setattr__(self, name, _p_or_none(getattr(self, name), name))
+        if self.test is not None and not isinstance(self.test, str):
+            raise RuleTypeError(f"test must be a string or None, got {type(self.test).__name__}")
+        if not isinstance(self.tests, Mapping):
+            raise RuleTypeError(f"tests must map check names to p-values, got {type(self.tests).__name__}")
+        tests = {}
+        for check, p in self.tests.items():
+            if not isinstance(check, str) or not check:
+                raise RuleTypeError(f"tests must be keyed by check names, got {check!r}")
+            tests[check] = _p_or_none(p, f"the p-value of {check}")
+            if tests[check] is None:
+                raise InputError(f"the p-value of {check} must be a number in [0, 1], got None")
+        object.__setattr__(self, "tests", MappingProxyType(tests))
+
+    @property
+    def improvement(self) -> float | None:
+        """``1 - ratio``: the share of the baseline's figure the candidate saves (negative: slower)."""
+        return None if self.ratio is None else 1 - self.ratio
+
+    def to_dict(self) -> dict:
+        """A plain dict of the fields, ``improvement`` beside them."""
+        return {"ratio": self.ratio, "ratio_ci_low": self.ratio_ci_low, "ratio_ci_high": self.ratio_ci_high,
+                "confidence": self.confidence, "p_value": self.p_value, "test": self.test,
+                "boundary": self.boundary, "boundary_p_value": self.boundary_p_value, "tests": dict(self.tests),
+                "improvement": self.improvement}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Deciding":
+        """The record of :meth:`to_dict`'s dict (``improvement`` is derived, and ignored)."""
+        if not isinstance(data, Mapping):
+            raise RuleTypeError(f"deciding figures must be a mapping, got {type(data).__name__}")
+        names = ("ratio", "ratio_ci_low", "ratio_ci_high", "confidence", "p_value", "test", "boundary",
+                 "boundary_p_value")
+        return cls(**{name: data.get(name) for name in names}, tests=data.get("tests") or {})
+
+
 @dataclass(frozen=True)
 class Decision:
     """A rule's answer: the verdict, why, each check, the figures, and advice for a rerun.
@@ -414,6 +517,9 @@ class Decision:
         notes: what the decision says beyond its checks, by name (the candidate failed every
             attempt; the paired method had no ABBA rounds and handed over to the robust one);
             each text starts with ``NOTE:`` and follows the checks' messages in :attr:`messages`.
+        deciding: the deciding method's figures under fixed names (:class:`Deciding`), which
+            every method's rule returns; ``None`` from a rule that gives none (its decisions show
+            no ratio nor p-value in the headline, and a suite refuses them).
     """
 
     verdict: str
@@ -428,8 +534,11 @@ class Decision:
     advice: Mapping[str, Any] = field(default_factory=dict)
     companions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)
+    deciding: Deciding | None = None
 
     def __post_init__(self) -> None:
+        if self.deciding is not None and not isinstance(self.deciding, Deciding):
+            raise RuleTypeError(f"deciding must be a Deciding or None, got {type(self.deciding).__name__}")
         object.__setattr__(self, "figures", plain_mapping(self.figures))
         object.__setattr__(self, "advice", plain_mapping(self.advice))
         object.__setattr__(self, "companions", {name: plain_mapping(summary)
@@ -450,13 +559,14 @@ class Decision:
         return next((check for check in self.checks if check.name == name), None)
 
     def to_dict(self, *, labels: Iterable[str] = ("objective", "method", "mode"), messages: bool = True,
-                advice: bool = True) -> dict:
+                advice: bool = True, deciding: bool = True) -> dict:
         """The plain dict of the first release.
 
         Args:
             labels: which of ``objective``, ``method`` and ``mode`` to include.
             messages: include ``messages`` (the checks' texts).
             advice: include ``recommended_attempts`` and ``contention`` where the rule gave them.
+            deciding: include ``deciding`` (:meth:`Deciding.to_dict`, or ``None``).
 
         Returns:
             ``baseline`` and ``candidate`` summaries, the labels, ``decision``, ``reason``; when
@@ -478,5 +588,7 @@ class Decision:
             result["messages"] = self.messages
         for name, summary in self.companions.items():
             result[name] = dict(summary)
+        if deciding:
+            result["deciding"] = None if self.deciding is None else self.deciding.to_dict()
         return result
 

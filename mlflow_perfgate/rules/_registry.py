@@ -87,8 +87,14 @@ class Method:
         describe: one line for the report from its companion summary; default: its figures.
         boundary_p_value: ``boundary_p_value(baseline, candidate, boundary) -> p``: the one-sided
             p-value of "the latency ratio candidate / baseline exceeds ``boundary``" that its
-            interval inverts (``rules._suite``); a suite's error control across its latency
-            entries needs it. ``None``: the method cannot judge a suite's latency entry.
+            interval inverts (``rules.boundary_p_value``); optional: a suite reads each entry's
+            p-values from its decision (:attr:`Decision.deciding`), and this function only for a
+            result dict of the earlier release that lacks them.
+        statistical: whether its decisions carry test p-values (:attr:`Deciding.tests`), which a
+            suite's error control and ``history --bisect`` need. ``False`` (the seed method): a
+            suite refuses it for a latency entry before anything runs. A plugin's method is taken
+            at its word (default ``True``); a decision of it without them is refused when the
+            suite is judged, naming the method.
         floor: ``floor(policy, attempts, looks_for) -> str | None``: why ``attempts`` per arm can
             never accept at the policy's levels (``looks_for`` as :func:`too_few_to_decide` takes
             it), or ``None``; ``compare`` refuses such a plan before it runs. ``None``: no floor.
@@ -103,6 +109,7 @@ class Method:
     describe: Callable[[Mapping[str, Any]], str] | None = None
     boundary_p_value: Callable[["ArmSummary", "ArmSummary", float], float] | None = None
     floor: Callable[..., str | None] | None = None
+    statistical: bool = True
 
     def judges(self, objective: str) -> bool:
         return self.objectives is None or objective in self.objectives

@@ -7,13 +7,14 @@ checks; in ``non_regression`` mode the improvement check turned around for CI, b
 
 from __future__ import annotations
 
-from typing import Iterable
+import dataclasses
+from typing import Iterable, Mapping
 
 from ._checks import decided, failure_notes, failure_rate_check, precondition, quality_check, tail_check
 from ._errors import RuleTypeError, check_finite, typed_inputs
 from ._policy import DEFAULT_THRESHOLDS, SPEC_THRESHOLDS, Policy, check_settings
 from ._scalars import to_python
-from ._records import FASTEST_KEY, STEP_P10_KEY, ArmSummary, Check, Decision, change_text, ms, pct
+from ._records import FASTEST_KEY, STEP_P10_KEY, ArmSummary, Check, Deciding, Decision, change_text, ms, pct
 from ._registry import OBJECTIVES, Figure, Method, Objective
 from ._stats import nearest_rank
 
@@ -153,14 +154,23 @@ def seed_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objective
     labels = {"method": "seed", "mode": policy.mode, "objective": objective.name, "notes": failure_notes(b, c)}
     reason = precondition(b, c, policy.min_valid_runs, policy.maximum_failure_rate)
     if reason is not None:
-        return Decision("rerun", reason, b, c, **labels)
+        return Decision("rerun", reason, b, c, deciding=Deciding(), **labels)
     checks = [failure_rate_check(b, c, policy.maximum_failure_rate), quality_check(b, c, policy.quality_tolerance)]
     own, figures = objective.checks(b, c, policy)
     figures = {**figures, "maximum_failure_rate": policy.maximum_failure_rate,
                "maximum_p95_ratio": policy.maximum_p95_ratio}
     if policy.mode == "non_regression":
         figures["margin"] = policy.margin
-    return decided(b, c, checks + own, figures=figures, **labels)
+    made = decided(b, c, checks + own, figures=figures, **labels)
+    return dataclasses.replace(made, deciding=_seed_deciding(objective, figures))
+
+
+def _seed_deciding(objective: Objective, figures: Mapping) -> Deciding:
+    """The seed method's deciding figures: on latency, the ratio of the medians and the bar it was held to
+    (``1 - required_improvement``); no interval, no test (a suite refuses it); on another objective, none."""
+    if objective.name != "latency" or figures.get("observed_improvement") is None:
+        return Deciding()
+    return Deciding(ratio=1 - figures["observed_improvement"], boundary=1 - figures["required_improvement"])
 
 
 #: The seed method's entry in the method registry.
@@ -172,6 +182,7 @@ SEED = Method(
     help="the specification's rule, exact",
     describe=lambda s: (f"noise proxy {_fmt(s.get('baseline_noise'))}, required improvement "
                         f"{_fmt(s.get('required_improvement'))}, observed {_fmt(s.get('observed_improvement'))}"),
+    statistical=False,
 )
 
 
@@ -231,7 +242,7 @@ def evaluate_regression(
     check_settings(SPEC_THRESHOLDS, thresholds, ValueError)
     b, c = _summaries(baseline_runs, candidate_runs)
     decision = seed_rule(b, c, Policy(**thresholds), OBJECTIVES["latency"])
-    return decision.to_dict(labels=(), messages=False, advice=False)
+    return decision.to_dict(labels=(), messages=False, advice=False, deciding=False)
 
 
 @typed_inputs
@@ -262,7 +273,7 @@ def evaluate_seed_non_regression(baseline_runs: list, candidate_runs: list, *, m
     policy = Policy(mode="non_regression", margin=_margin(margin), **thresholds)
     b, c = _summaries(baseline_runs, candidate_runs)
     decision = seed_rule(b, c, policy, OBJECTIVES["latency"])
-    result = decision.to_dict(labels=("method", "mode"), messages=False, advice=False)
+    result = decision.to_dict(labels=("method", "mode"), messages=False, advice=False, deciding=False)
     result.setdefault("margin", margin)
     return result
 

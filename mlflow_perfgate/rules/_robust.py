@@ -172,7 +172,9 @@ def robust_rule(b: ArmSummary, c: ArmSummary, policy: Policy, objective: Objecti
 
     return statistical_decision(b, c, policy, objective, method="robust", look=look, max_looks=max_looks,
                                 estimate=estimate, advice=advice, texts=(_improvement_text, _no_regression_text),
-                                at_least=min(len(base_ms), len(cand_ms)) + 1, previous_fraction=previous_fraction)
+                                at_least=min(len(base_ms), len(cand_ms)) + 1, previous_fraction=previous_fraction,
+                                boundary_p=lambda boundary: robust_boundary_p_value(b, c, boundary),
+                                test=lambda found: "Mann-Whitney U")
 
 
 def _advice(base_ms: list, cand_ms: list, ratio: float, policy: Policy, alpha: float, tail_alpha: float,
@@ -223,9 +225,12 @@ def robust_boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float) -> fl
 #: The robust method's entry in the method registry.
 ROBUST = Method(
     "robust", robust_rule,
-    figures=(Figure("p_value", "Mann-Whitney p"), Figure("ratio_estimate", "ratio candidate/baseline"),
-             Figure("ratio_ci_low", "ratio interval, low"), Figure("ratio_ci_high", "ratio interval, high"),
-             Figure("p95_p_value", "tail test p"), Figure("alpha", metric=""), Figure("confidence", metric=""),
+    figures=(Figure("p_value", "Mann-Whitney p", metric="robust_p_value"),
+             Figure("ratio_estimate", "ratio candidate/baseline", metric="robust_ratio_estimate"),
+             Figure("ratio_ci_low", "ratio interval, low", metric="robust_ratio_ci_low"),
+             Figure("ratio_ci_high", "ratio interval, high", metric="robust_ratio_ci_high"),
+             Figure("p95_p_value", "tail test p", metric="robust_p95_p_value"),
+             Figure("alpha", metric=""), Figure("confidence", metric=""),
              Figure("recommended_attempts", "attempts per arm to settle it", metric="robust_recommended_attempts")),
     objectives=("latency",),
     help="one-sided Mann-Whitney U and a Hodges-Lehmann interval of the latency ratio",
@@ -258,7 +263,7 @@ def evaluate_robust(baseline_runs: list, candidate_runs: list, *, mode: str = "i
                     alpha=_required(alpha, "alpha"), confidence=_required(confidence, "confidence"), **thresholds)
     b, c = ArmSummary.from_runs(baseline_runs), ArmSummary.from_runs(candidate_runs)
     decision = robust_rule(b, c, policy, OBJECTIVES["latency"])
-    return decision.to_dict(labels=("method", "mode"), messages=False)
+    return decision.to_dict(labels=("method", "mode"), messages=False, deciding=False)
 
 
 def _required(value, field: str):

@@ -29,7 +29,7 @@ from ._checks import (
     verdict_of,
 )
 from ._policy import Policy
-from ._records import ArmSummary, Check, Decision, change_text, pct
+from ._records import ArmSummary, Check, Deciding, Decision, change_text, pct
 from ._registry import Objective
 from ._sequential import sequential_thresholds
 from ._stats import (
@@ -131,6 +131,7 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
                          estimate: Callable[[float, float], Estimate],
                          advice: Callable[[float, float, int, float | None], int | None],
                          texts: tuple[Callable, Callable], at_least: int,
+                         boundary_p: Callable[[float], float], test: Callable[[Estimate], str],
                          early_figures: Mapping | None = None, previous_fraction: float | None = None) -> Decision:
     """The decision of a statistical method, given its statistic and its advice.
 
@@ -144,6 +145,9 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
             ``ratio`` is ``None`` before any estimate (the method computes its own).
         texts: the messages of ``improvement_ok`` and ``no_regression_ok``.
         at_least: the least advice after an inconclusive answer (one more than the attempts seen).
+        boundary_p: ``boundary_p(boundary) -> p``: the one-sided p-value of "the ratio exceeds
+            ``boundary``" (the method's :attr:`~._registry.Method.boundary_p_value` on these arms).
+        test: the name of the method's test, from its estimate (:attr:`Deciding.test`).
         early_figures: figures every decision of the method carries, early ones too.
         previous_fraction: what the earlier looks spent (:func:`levels`).
 
@@ -154,6 +158,10 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
     """
     alpha, confidence = levels(policy, look, max_looks, previous_fraction)
     labels = {"method": method, "mode": policy.mode, "objective": objective.name, "notes": failure_notes(b, c)}
+    main_name = "improvement_ok" if policy.mode == "improvement" else "no_regression_ok"
+    bar = 1 - policy.min_improvement if policy.mode == "improvement" else 1 + policy.margin
+    # stopped before any statistic: no test can be significant (p = 1 for each)
+    unmeasured = Deciding(boundary=bar, tests={main_name: 1.0, "p95_ok": 1.0})
     early = dict(early_figures or {})
     tail_alpha = (1 - confidence) / 2
     hopeless = hopeless_failures_check(b, c, policy.min_valid_runs, policy.maximum_failure_rate, REL_TOL)
@@ -161,10 +169,11 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
     if hopeless is not None and reason is not None:
         return Decision("reject", "unreliable_candidate", b, c, (hopeless,),
                         figures={"maximum_failure_rate": policy.maximum_failure_rate, **early},
-                        advice={"recommended_attempts": None}, **labels)
+                        advice={"recommended_attempts": None}, deciding=unmeasured, **labels)
     if reason is not None:
         recommended = advice(alpha, tail_alpha, policy.min_valid_runs, None) if reason == "insufficient_valid_runs" else None
-        return Decision("rerun", reason, b, c, figures=early, advice={"recommended_attempts": recommended}, **labels)
+        return Decision("rerun", reason, b, c, figures=early, advice={"recommended_attempts": recommended},
+                        deciding=unmeasured, **labels)
 
     found = estimate(alpha, confidence)
     tail = exceedance_tail_check(b, c, policy.maximum_p95_ratio, alpha, REL_TOL)
@@ -202,7 +211,13 @@ def statistical_decision(b: ArmSummary, c: ArmSummary, policy: Policy, objective
         **found.figures,
     }
     advised = {"recommended_attempts": recommended, "contention": contention_flags(b, c)}
-    return Decision(verdict, reason, b, c, checks, figures=figures, advice=advised, **labels)
+    main_p = float(boundary_p(bar))
+    # the tail test's failure rests on its exceedance p-value only where the P95 ratio is past its bar
+    tail_p = float(tail.figures["p_value"]) if above(tail.figures["ratio"], policy.maximum_p95_ratio) else 1.0
+    deciding = Deciding(ratio=found.ratio, ratio_ci_low=found.low, ratio_ci_high=found.high, confidence=confidence,
+                        p_value=found.p_value, test=test(found), boundary=bar, boundary_p_value=main_p,
+                        tests={main.name: main_p, tail.name: tail_p})
+    return Decision(verdict, reason, b, c, checks, figures=figures, advice=advised, deciding=deciding, **labels)
 
 
 def too_few_to_decide(policy: Policy, attempts: int, *,

@@ -90,7 +90,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ._checks import REL_TOL, above
 from ._errors import InputError, PolicyError, RuleTypeError, check_finite
 from ._policy import LATENCY_KEYS, Setting, check_settings
-from ._records import VERDICTS, ArmSummary, Decision
+from ._records import VERDICTS, ArmSummary, Deciding, Decision
 
 __all__ = [
     "CONTROLS",
@@ -122,7 +122,8 @@ SUITE_SETTINGS = (
     Setting("tail_share", TAIL_SHARE, "Share of an entry's part of alpha spent on its tail (P95) test; its main "
             "test gets the rest", low=0, high=0.5, low_open=True),
 )
-#: The checks whose failure is a statistical test (and so takes part in the error control).
+#: The built-in statistical methods' checks whose failure is a statistical test. The error control
+#: reads which checks are statistical from each decision (:attr:`Deciding.tests`), never from here.
 STATISTICAL_CHECKS = ("improvement_ok", "no_regression_ok", "p95_ok")
 #: What a suite says beyond the entries' own reasons.
 SUITE_REASONS = MappingProxyType({
@@ -156,14 +157,15 @@ class EntryEvidence:
             ``blocked_by_correctness``).
         reason: its own reason.
         failed_checks: the checks its rule failed.
-        tests: the p-value of each statistical reject test, by check name (of
-            :data:`STATISTICAL_CHECKS`), as computed at its look; empty for an entry outside
-            the error control (``controlled`` false).
+        tests: the p-value of each statistical reject test, by check name (the decision's
+            :attr:`Deciding.tests`: the built-in methods' main check and ``p95_ok``, a plugin's
+            own); empty for an entry outside the error control (``controlled`` false).
         controlled: whether the entry takes part in the error control (it has p-values).
         look, max_looks: the look of a sequential comparison (``None``: a single look).
         objective, method, mode: how the entry was judged.
-        figures: what the report shows (``ratio_estimate``, ``ratio_ci_low``, ``ratio_ci_high``,
-            ``boundary``), where known.
+        figures: what the report shows beyond ``deciding`` (``paired_fallback``), where known.
+        deciding: the entry's deciding figures (:class:`Deciding`: its ratio, interval, boundary),
+            ``None`` where its decision gave none.
     """
 
     name: str
@@ -178,6 +180,7 @@ class EntryEvidence:
     method: str = "robust"
     mode: str = "improvement"
     figures: Mapping[str, Any] = field(default_factory=dict)
+    deciding: Deciding | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.strip():
@@ -190,8 +193,8 @@ class EntryEvidence:
         if not isinstance(self.tests, Mapping):
             raise RuleTypeError(f"entry {self.name!r}: tests must map check names to p-values")
         for check, p in self.tests.items():
-            if check not in STATISTICAL_CHECKS:
-                raise InputError(f"entry {self.name!r}: test {check!r} is not one of {list(STATISTICAL_CHECKS)}")
+            if not isinstance(check, str) or not check:
+                raise InputError(f"entry {self.name!r}: a test must be named by its check, got {check!r}")
             if isinstance(p, bool) or not check_finite(p, f"p-value of {check}") or not 0 <= p <= 1:
                 raise InputError(f"entry {self.name!r}: the p-value of {check} must be in [0, 1], got {p!r}")
         if self.controlled and not self.tests:
@@ -205,6 +208,8 @@ class EntryEvidence:
             if type(self.look) is not int or not 1 <= self.look <= self.max_looks:
                 raise InputError(f"entry {self.name!r}: look must be an integer in [1, {self.max_looks}], "
                                  f"got {self.look!r}")
+        if self.deciding is not None and not isinstance(self.deciding, Deciding):
+            raise RuleTypeError(f"entry {self.name!r}: deciding must be a Deciding or None")
         object.__setattr__(self, "tests", MappingProxyType(dict(self.tests)))
         object.__setattr__(self, "figures", MappingProxyType(dict(self.figures)))
 
@@ -260,7 +265,16 @@ class SuiteEntry:
                 "bh": dict(self.bh), "share": dict(self.share), "level": dict(self.level),
                 "significant": dict(self.significant), "objective": evidence.objective, "method": evidence.method,
                 "mode": evidence.mode, "look": evidence.look, "max_looks": evidence.max_looks,
-                "figures": dict(evidence.figures)}
+                "figures": {**_shown(evidence.deciding), **evidence.figures},
+                "deciding": None if evidence.deciding is None else evidence.deciding.to_dict()}
+
+
+def _shown(deciding: Deciding | None) -> dict:
+    """The deciding figures under the names of the earlier release's entry dicts."""
+    if deciding is None:
+        return {}
+    return {"ratio_estimate": deciding.ratio, "ratio_ci_low": deciding.ratio_ci_low,
+            "ratio_ci_high": deciding.ratio_ci_high, "boundary": deciding.boundary}
 
 
 @dataclass(frozen=True)
@@ -453,7 +467,8 @@ def boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float, *, method: s
         raise InputError(f"boundary must be a finite ratio > 0, got {boundary!r}")
     entry = METHODS.require(method)
     if entry.boundary_p_value is None:
-        raise PolicyError(f"method must be one of {methods_with_p_values()} for a boundary p-value, got {method!r}")
+        declared = [name for name in METHODS if METHODS[name].boundary_p_value is not None]
+        raise PolicyError(f"method must be one of {declared} for a boundary p-value, got {method!r}")
     p = float(entry.boundary_p_value(b, c, float(boundary)))
     if not 0.0 <= p <= 1.0:
         raise PolicyError(f"the {method} method's boundary p-value must be in [0, 1], got {p!r}")
@@ -461,10 +476,10 @@ def boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float, *, method: s
 
 
 def methods_with_p_values() -> list[str]:
-    """The registered methods a suite's latency entry can be judged by (those with a boundary p-value)."""
+    """The registered methods a suite's latency entry can be judged by (those whose decisions carry test p-values)."""
     from ._registry import METHODS
 
-    return [name for name in METHODS if METHODS[name].boundary_p_value is not None]
+    return [name for name in METHODS if METHODS[name].statistical]
 
 
 def _tail_p_value(figures: Mapping[str, Any], maximum_p95_ratio: float | None) -> float:
@@ -502,76 +517,98 @@ def entry_evidence(name: str, decision: Decision | Mapping[str, Any], *, baselin
                    max_looks: int | None = None) -> EntryEvidence:
     """An entry's :class:`EntryEvidence` from its rule's decision.
 
+    The p-values come from the decision's deciding figures (:attr:`Decision.deciding`), whatever
+    its method: :attr:`Deciding.tests` names its statistical checks and the p-value each one's
+    failure rests on (for the built-in methods, the main check's test against the boundary its
+    rule used, :func:`boundary_p_value`, and the tail test), computed on the latency figure its
+    rule judged. An entry whose rule stopped before its checks has p = 1 for each; a blocked one
+    too.
+
     Args:
         name: the entry's name.
         decision: a :class:`Decision` (``rules.judge``), or a result dict of ``rules.decide`` or
-            ``evaluate_group`` (whose ``attempts`` hold the records).
-        baseline_runs, candidate_runs: the attempt records, for a result dict without
-            ``attempts`` (a ``rules.decide`` result).
+            ``evaluate_group`` (its ``deciding``).
+        baseline_runs, candidate_runs: the attempt records, for a result dict of the earlier
+            release (without ``deciding``): the p-values are then computed from them (or from its
+            ``attempts``) with the method's :attr:`~._registry.Method.boundary_p_value`.
         look, max_looks: the look the decision was made at (``compare --until-decisive``).
 
     Returns:
-        The evidence: for a latency entry judged by a method with a boundary p-value (``robust``,
-        ``paired``, a plugin's that declares one), the p-values of its
-        main check (:func:`boundary_p_value`, against the boundary its rule used) and of its
-        tail test, computed on the latency figure its rule judged (the records' key of the
-        result's ``latency_key``: a ``fastest`` or ``p10`` entry is tested on those figures, never
-        on ``latency_ms``); for an entry of another objective, uncontrolled (no p-value). An
-        entry whose rule stopped before its checks has p = 1 for both tests.
+        The evidence: for a latency entry, its tests' p-values; for an entry of another objective,
+        uncontrolled (no p-value).
 
     Raises:
-        PolicyError: a latency entry judged by a method without a boundary p-value (``seed``).
+        PolicyError: a latency entry whose decision gives no test p-value (``seed``, a plugin's
+            method whose rule returns no :class:`Deciding` with ``tests``).
         InputError: the records are missing or malformed.
     """
+    records = None
     if isinstance(decision, Decision):
-        b, c = decision.baseline, decision.candidate
         verdict, reason, failed = decision.verdict, decision.reason, decision.failed_checks
         figures, objective, method, mode = dict(decision.figures), decision.objective, decision.method, decision.mode
-        maximum_p95_ratio = figures.get("maximum_p95_ratio")
+        deciding = decision.deciding
     elif isinstance(decision, Mapping):
         verdict, reason = decision.get("decision"), decision.get("reason", "")
         failed = list(decision.get("failed_checks") or [])
         objective = decision.get("objective", "latency")
         method, mode = decision.get("method", "seed"), decision.get("mode", "improvement")
         figures = dict(decision)
-        maximum_p95_ratio = decision.get("maximum_p95_ratio",
-                                         (decision.get("thresholds") or {}).get("maximum_p95_ratio"))
-        # the figure the entry's rule judged (fastest step, p10, ...), so the gate tests what the entry did
-        latency_key = ((decision.get("baseline") or {}).get("latency_key")
-                       or LATENCY_KEYS.get(decision.get("latency") or "raw", "latency_ms"))
-        if baseline_runs is not None or candidate_runs is not None:
-            b = ArmSummary.from_runs(baseline_runs or [], latency_key=latency_key)
-            c = ArmSummary.from_runs(candidate_runs or [], latency_key=latency_key)
-        elif "attempts" in decision:
-            b, c = _summaries_from_attempts(decision["attempts"], latency_key)
-        else:
-            b = c = None
+        given = decision.get("deciding")
+        deciding = Deciding.from_dict(given) if isinstance(given, Mapping) else None
+        if deciding is None or not deciding.tests:
+            records = _records_of(name, decision, baseline_runs, candidate_runs)
     else:
         raise RuleTypeError(f"entry {name!r}: decision must be a Decision or a result dict, got "
                             f"{type(decision).__name__}")
     labels = dict(look=look, max_looks=max_looks, objective=objective, method=method, mode=mode)
     if objective != "latency":
-        return EntryEvidence(name, verdict, reason, tuple(failed), {}, controlled=False, **labels)
-    from ._registry import METHODS
+        return EntryEvidence(name, verdict, reason, tuple(failed), {}, controlled=False, **labels, deciding=deciding)
+    shown = {"paired_fallback": figures["paired_fallback"]} if figures.get("paired_fallback") else {}
+    if deciding is None or not deciding.tests:
+        from ._registry import METHODS
 
-    if METHODS.require(method).boundary_p_value is None:
-        raise PolicyError(f"entry {name!r} is judged by the {method} method, which gives no p-value: a suite's error "
-                          f"control needs a statistical method for its latency entries (method = one of "
-                          f"{methods_with_p_values()})")
+        if isinstance(decision, Mapping) and METHODS.require(method).boundary_p_value is not None:
+            if records is None:
+                raise InputError(f"entry {name!r}: give the attempt records (baseline_runs, candidate_runs) or a "
+                                 "result with 'attempts' or 'deciding'")
+            deciding = _earlier_deciding(figures, method, mode, verdict, records)
+    if deciding is None or not deciding.tests:
+        raise PolicyError(f"entry {name!r} is judged by the {method} method, whose decisions give no test p-value "
+                          "(Decision.deciding.tests): a suite's error control needs one for each latency entry "
+                          f"(method = one of {methods_with_p_values()}, or a plugin's whose rule returns them)")
+    tests = dict(deciding.tests)
+    if verdict == "blocked_by_correctness":  # no performance reading stands: no test is significant
+        tests = {check: 1.0 for check in tests}
+    return EntryEvidence(name, verdict, reason, tuple(failed), tests, **labels, figures=shown, deciding=deciding)
+
+
+def _records_of(name: str, decision: Mapping, baseline_runs, candidate_runs):
+    """An earlier release's result dict's arms, from the records given or its ``attempts`` (else ``None``)."""
+    # the figure the entry's rule judged (fastest step, p10, ...), so the gate tests what the entry did
+    latency_key = ((decision.get("baseline") or {}).get("latency_key")
+                   or LATENCY_KEYS.get(decision.get("latency") or "raw", "latency_ms"))
+    if baseline_runs is not None or candidate_runs is not None:
+        return (ArmSummary.from_runs(baseline_runs or [], latency_key=latency_key),
+                ArmSummary.from_runs(candidate_runs or [], latency_key=latency_key))
+    if "attempts" in decision:
+        return _summaries_from_attempts(decision["attempts"], latency_key)
+    return None
+
+
+def _earlier_deciding(figures: Mapping, method: str, mode: str, verdict: str, records) -> Deciding:
+    """The deciding figures of an earlier release's result dict, computed from its records with the method's
+    boundary p-value."""
     main = "improvement_ok" if mode == "improvement" else "no_regression_ok"
     shown = {key: figures.get(key) for key in ("ratio_estimate", "ratio_ci_low", "ratio_ci_high")}
-    if figures.get("paired_fallback"):
-        shown["paired_fallback"] = figures["paired_fallback"]  # why a paired entry was judged as robust
     if "required_improvement" not in figures or verdict == "blocked_by_correctness":
-        return EntryEvidence(name, verdict, reason, tuple(failed), {main: 1.0, "p95_ok": 1.0}, **labels,
-                             figures=shown)
+        return Deciding(tests={main: 1.0, "p95_ok": 1.0})
     boundary = 1 - float(figures["required_improvement"])
-    if b is None:
-        raise InputError(f"entry {name!r}: give the attempt records (baseline_runs, candidate_runs) or a result "
-                         "with 'attempts'")
-    tests = {main: boundary_p_value(b, c, boundary, method=method),
-             "p95_ok": _tail_p_value(figures, maximum_p95_ratio)}
-    return EntryEvidence(name, verdict, reason, tuple(failed), tests, **labels, figures={**shown, "boundary": boundary})
+    b, c = records
+    main_p = boundary_p_value(b, c, boundary, method=method)
+    maximum = figures.get("maximum_p95_ratio", (figures.get("thresholds") or {}).get("maximum_p95_ratio"))
+    return Deciding(ratio=shown["ratio_estimate"], ratio_ci_low=shown["ratio_ci_low"],
+                    ratio_ci_high=shown["ratio_ci_high"], boundary=boundary, boundary_p_value=main_p,
+                    tests={main: main_p, "p95_ok": _tail_p_value(figures, maximum)})
 
 
 # --- the gate --------------------------------------------------------------------------------------
@@ -662,8 +699,8 @@ def suite_gate(evidence: Sequence[EntryEvidence], *, alpha: float = 0.05, contro
                                              ("p", "star", "holm", "bh", "share", "level", "significant")}
         verdict, reason, failed, withheld = item.verdict, item.reason, item.failed_checks, ()
         if item.controlled and item.verdict == "reject":
-            statistical = [check for check in item.failed_checks if check in STATISTICAL_CHECKS]
-            other = [check for check in item.failed_checks if check not in STATISTICAL_CHECKS]
+            statistical = [check for check in item.failed_checks if check in item.tests]
+            other = [check for check in item.failed_checks if check not in item.tests]
             standing = [check for check in statistical if values["significant"].get(check, False)]
             withheld = tuple(check for check in statistical if check not in standing)
             failed = tuple(check for check in item.failed_checks if check in other or check in standing)

@@ -22,8 +22,8 @@ from ._environment import process_alive, process_identity
 from ._decision_frame import ARM_FIGURES, arm_figure_names, figure_names
 from ._evaluation import Evaluation
 from ._group import AttemptView
-from ._schema import (ARMS, KIND_DECISION, KIND_SUITE, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG, arm_metric, fit,
-                      group_key)
+from ._schema import (ARMS, HEADLINE_DECIDING, KIND_DECISION, KIND_SUITE, MAX_PARAM_VALUE, MAX_TAG_VALUE, PARAM, TAG,
+                      arm_metric, fit, group_key)
 
 __all__ = ["ARM_FIGURES", "claim", "decision_key", "decision_target", "figure_names", "reparent", "summary_metrics",
            "verdict_name", "wait_for", "write_decision"]
@@ -44,6 +44,15 @@ def summary_metrics(evaluation: Evaluation) -> dict[str, float]:
         if name and number is not None:
             metrics.setdefault(name, number)
 
+    deciding = evaluation.decision.deciding
+    if deciding is not None:  # the headline: the deciding method's figures, whatever the method
+        put("ratio_estimate", deciding.ratio)
+        put("ratio_ci_low", deciding.ratio_ci_low)
+        put("ratio_ci_high", deciding.ratio_ci_high)
+        put("p_value", deciding.p_value)
+        put("improvement", deciding.improvement)
+        put("boundary", deciding.boundary)
+        put("boundary_p_value", deciding.boundary_p_value)
     for arm in ARMS:
         summary = evaluation.arm(arm)
         for key in arm_figure_names():
@@ -70,6 +79,9 @@ def _params(evaluation: Evaluation) -> dict[str, str]:
     for figure in method.figures if method else ():
         if not figure.metric_name and evaluation.figure(figure.name) is not None:
             params[PARAM.of(figure.name)] = str(evaluation.figure(figure.name))  # a level, such as alpha at this look
+    deciding = evaluation.decision.deciding
+    if deciding is not None and deciding.test:
+        params[PARAM.TEST] = _text(deciding.test, MAX_PARAM_VALUE)
     change = evaluation.change
     params.update({
         PARAM.CHANGED_VARIABLE: _text(change.variable, MAX_PARAM_VALUE),
@@ -113,6 +125,7 @@ def _tags(evaluation: Evaluation, reason_text: str, note: str) -> dict[str, str]
         TAG.NOTE: _report.fit_note(note),
         TAG.DECISION_KEY: evaluation.decision_key,
         TAG.ATTEMPTS_JUDGED: str(len(evaluation.views)),
+        TAG.HEADLINE: HEADLINE_DECIDING,
     }
     if evaluation.view_key:
         tags[TAG.VIEW_KEY] = evaluation.view_key

@@ -7,7 +7,7 @@ import pandas as pd
 from . import _client
 from ._decision_frame import RunRecord, decision_columns
 from ._group import _quoted_filter, group_filter, load
-from ._schema import KIND_DECISION, TAG
+from ._schema import KIND_DECISION, KIND_SUITE, TAG
 
 __all__ = ["attempts_since", "decision_columns", "decisions"]
 
@@ -18,22 +18,29 @@ def suite_filter(suite: str) -> str:
     return text if text is not None else f"tags.\"{TAG.KIND}\" = '{KIND_DECISION}'"  # compared in full below
 
 
-def decisions(experiment_name: str | None = None, group: str | None = None, suite: str | None = None) -> pd.DataFrame:
-    """One row per decision run, newest first.
+def decisions(experiment_name: str | None = None, group: str | None = None, suite: str | None = None,
+              kind: str = "decision") -> pd.DataFrame:
+    """One row per decision run (``kind="suite"``: per decided suite run), newest first.
 
     Args:
         experiment_name: default ``MLFLOW_EXPERIMENT_NAME`` or MLflow's Default experiment.
         group: only this comparison's decisions.
         suite: only the decisions of this suite's entries (those the suite judged last carry its
             name: ``suite``, with ``suite_entry`` and ``suite_decision``, the entry's verdict within
-            the suite).
+            the suite); with ``kind="suite"``, only this suite's runs.
+        kind: ``"decision"`` (a comparison's decision runs) or ``"suite"`` (the suite runs: one
+            verdict over many entries).
 
     Returns:
         A DataFrame with :func:`decision_columns` (``failed_checks`` a list; ``reason_text`` the
-        reason in words, each failed check with its message; ``p_value_method`` the test behind
-        the deciding method's p-value where the method names it, the paired method's ``"exact"``
-        or ``"t-test on the log ratios (...)"``, else ``None``; figures as floats, NaN where the
-        decision has none); empty, with those columns, when there is none.
+        reason in words, each failed check with its message; the headline columns
+        ``ratio_estimate``, ``ratio_ci_low``, ``ratio_ci_high``, ``p_value``, ``improvement``,
+        ``boundary`` and ``boundary_p_value`` are the deciding method's (``rules.Deciding``),
+        every other method's figures carry its prefix (``robust_p_value``, ``paired_ratio_estimate``);
+        ``p_value_method`` the test behind the headline ``p_value``; figures as floats, NaN where
+        the decision has none); empty, with those columns, when there is none. With
+        ``kind="suite"``: :data:`~._decision_frame.SUITE_COLUMNS` (the suite's verdict, reason,
+        entries by verdict, tests, alpha, control).
 
     A local SQLite store is read directly (``_sqlite_decisions``: the same rows, in a fraction of
     the time); any other store, or one that reader cannot answer for, through MLflow's client.
@@ -42,15 +49,18 @@ def decisions(experiment_name: str | None = None, group: str | None = None, suit
 
     from ._sqlite_decisions import decisions_frame
 
-    return decisions_frame(mlflow.get_tracking_uri(), experiment_name, group, suite, mlflow_decision_records)
+    return decisions_frame(mlflow.get_tracking_uri(), experiment_name, group, suite, mlflow_decision_records, kind)
 
 
-def mlflow_decision_records(experiment_name: str | None, group: str | None, suite: str | None) -> list[RunRecord]:
-    """The decision runs (of ``group`` / ``suite``, checked by the caller), newest first, through MLflow's
-    client (any store)."""
+def mlflow_decision_records(experiment_name: str | None, group: str | None, suite: str | None,
+                            kind: str = "decision") -> list[RunRecord]:
+    """The decision runs (``kind="suite"``: the suite runs) of ``group`` / ``suite`` (checked by the
+    caller), newest first, through MLflow's client (any store)."""
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
-    if group is None and suite is not None:
+    if kind == "suite":
+        filter_string = f"tags.\"{TAG.KIND}\" = '{KIND_SUITE}'"  # the suite's name compared in full by the frame
+    elif group is None and suite is not None:
         filter_string = suite_filter(suite)
     elif group is None:
         filter_string = f"tags.\"{TAG.KIND}\" = '{KIND_DECISION}'"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping, NamedTuple
 
 from ..rules._errors import FormatError
-from ..rules._records import REASONS, headline, pct, plain
+from ..rules._records import REASONS, change_text, headline, interval_text, pct, plain
 from ..rules._policy import LATENCY_KEYS
 from ..rules._registry import METHODS, OBJECTIVES
 from . import _client
@@ -144,6 +144,29 @@ def reason_text(result: dict) -> str:
     return words
 
 
+def estimate_text(result: dict) -> str | None:
+    """The deciding method's estimate in words, from its deciding figures (``result["deciding"]``):
+    ``an improvement of 9.6% (ratio candidate/baseline 0.904, 90% interval 0.896 to 0.912; one-sided
+    Wilcoxon signed-rank (exact) p = 0.00098)``; ``None`` where it estimated none."""
+    deciding = result.get("deciding") or {}
+    ratio = deciding.get("ratio")
+    if not _number(ratio):
+        return None
+    text = f"{change_text(ratio)} (ratio candidate/baseline {ratio:.3f}"
+    if _number(deciding.get("confidence")):
+        text += ", " + interval_text(deciding.get("ratio_ci_low"), deciding.get("ratio_ci_high"),
+                                     deciding["confidence"])
+    if _number(deciding.get("p_value")):
+        text += f"; one-sided {deciding.get('test') or 'test'} p = {deciding['p_value']:.3g}"
+    what = _JUDGED_FIGURE.get(result.get("latency") or "raw", "")
+    return text + ")" + (f", on {what}" if what and result.get("objective", "latency") == "latency" else "")
+
+
+#: What the judged ratio is of, by the latency judged.
+_JUDGED_FIGURE = {"raw": "the attempts' median steps", "p10": "the attempts' 10th-percentile steps",
+                  "fastest": "the attempts' fastest steps", "uncontended": "the attempts' uncontended latencies"}
+
+
 def decision_markdown(result: dict) -> str:
     """The decision as markdown: headline, reasons, per-check messages and the figures.
 
@@ -157,6 +180,9 @@ def decision_markdown(result: dict) -> str:
     lines = [f"## {_headline(result)}", ""]
     # why first: the run page shows the note's first lines above the fold
     lines.append(f"- reason: `{result['reason']}`: {md.text(reason_text(result))}")
+    estimate = estimate_text(result)
+    if estimate:
+        lines.append(f"- estimate ({result.get('method', 'seed')}): {md.text(estimate)}")
     if result.get("failed_checks"):
         lines.append(f"- failed checks: {', '.join(f'`{c}`' for c in result['failed_checks'])}")
     if result.get("recommended_attempts"):
@@ -282,10 +308,10 @@ def _noise_cuts(result: dict) -> str:
     return "--interleave steps --method paired --latency p10 (compare's defaults), a quieter machine"
 
 
-#: The checks a rerun can leave undecided, with the ratio figure each reads and the figure in words.
-_UNDECIDED = (("improvement_ok", "ratio_estimate", "the judged ratio"),
-              ("no_regression_ok", "ratio_estimate", "the judged ratio"),
-              ("typical_step_ok", "typical_step_ratio", "the typical step"),
+#: The step checks a rerun can leave undecided, with the ratio figure each reads and the figure in words
+#: (the deciding method's main check, :data:`_MAIN_CHECKS` or a plugin's, reads the deciding figures).
+_MAIN_CHECKS = ("improvement_ok", "no_regression_ok")
+_UNDECIDED = (("typical_step_ok", "typical_step_ratio", "the typical step"),
               ("mean_step_ok", "mean_step_ratio", "the mean step"),
               ("step_tail_ok", "step_tail_ratio", "the step tail"))
 
@@ -296,9 +322,21 @@ def _number(value) -> bool:
 
 
 def _undecided(result: dict) -> str:
-    """The figures a rerun left undecided, each with its ratio: ``the step tail 1.079``."""
-    words = [f"{text} {result[figure]:.3f}" if _number(result.get(figure)) else text
-             for check, figure, text in _UNDECIDED if check in result and result[check] is None]
+    """The figures a rerun left undecided, each with its ratio: ``the judged ratio 0.962, the step tail 1.079``.
+
+    The deciding method's main check (a built-in's ``improvement_ok`` or ``no_regression_ok``, a
+    plugin's own statistical check) reads its ratio from the deciding figures; the step checks
+    from their own figures."""
+    deciding = result.get("deciding") or {}
+    ratio = deciding.get("ratio")
+    words = []
+    main = [check for check in (*_MAIN_CHECKS, *(deciding.get("tests") or {})) if check != "p95_ok"]
+    for check in dict.fromkeys(main):
+        if check in result and result[check] is None:
+            words.append(f"the judged ratio {ratio:.3f}" if _number(ratio) else "the judged ratio")
+            break
+    words += [f"{text} {result[figure]:.3f}" if _number(result.get(figure)) else text
+              for check, figure, text in _UNDECIDED if check in result and result[check] is None]
     return ", ".join(words) or "the judged figures"
 
 
@@ -398,6 +436,9 @@ def decision_summary(result: dict, command: list[str] | None = None) -> list[str
         lines += [f"  {name}: {messages[name]}" for name in open_checks]
     else:
         lines.append(f"why: {reason_text(result)} ({reason})")
+    estimate = estimate_text(result)
+    if estimate:
+        lines.append(f"estimate ({result.get('method', 'seed')}): {estimate}")
     if result["decision"] == "rerun" and result.get("recommended_attempts"):
         lines.append(f"  about {result['recommended_attempts']} attempts per arm would likely settle it")
     step = next_step(result, command)

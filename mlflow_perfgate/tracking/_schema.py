@@ -27,6 +27,8 @@ __all__ = [
     "ARMS",
     "ARTIFACT_DIR",
     "DECISION_FORMAT",
+    "HEADLINE_DECIDING",
+    "HEADLINE_METRICS",
     "JOURNAL_FORMAT",
     "PARAM",
     "RESERVED_METRICS",
@@ -167,6 +169,11 @@ class TAG:
     DECISION_KEY = "perfgate.decision_key"
     #: On a decision run: how many attempts it judged (their ids are in ``decision.json``).
     ATTEMPTS_JUDGED = "perfgate.attempts_judged"
+    #: On a decision run: ``deciding`` where its headline metrics (:data:`HEADLINE_METRICS`) are the
+    #: deciding method's and every method's own figures carry its prefix. Absent on the decision runs
+    #: of releases before it, whose unprefixed ``p_value`` and ``ratio_*`` are the robust method's
+    #: whichever method decided (``decisions()`` reads them as such).
+    HEADLINE = "perfgate.headline"
     #: On an attempt: "true" when ``forget`` excluded it (a mistaken attempt), with the reason.
     EXCLUDED = "perfgate.excluded"
     EXCLUDED_REASON = "perfgate.excluded_reason"
@@ -299,6 +306,16 @@ class METRIC:
         return f"rounds_{key}"
 
 
+#: The decision run's headline metrics: the deciding method's figures (``rules.Deciding``) under
+#: fixed names, whatever the method: the judged ratio candidate / baseline, its interval, the main
+#: test's p-value, ``improvement`` (1 - ratio), the main check's boundary and the one-sided p-value
+#: of the ratio lying beyond it.
+HEADLINE_METRICS = ("ratio_estimate", "ratio_ci_low", "ratio_ci_high", "p_value", "improvement", "boundary",
+                    "boundary_p_value")
+#: ``TAG.HEADLINE``'s value on a decision run whose headline metrics are the deciding method's.
+HEADLINE_DECIDING = "deciding"
+
+
 class PARAM:
     """Param keys of a decision run, in their own ``perfgate.`` namespace.
 
@@ -324,6 +341,8 @@ class PARAM:
     #: from that one on (its identity; a param, so two ``compare --resume`` of one group at once
     #: cannot both take the same round numbers: the second is refused).
     ROUND_CLAIM = "perfgate.round_claim"
+    #: On a decision run: the deciding method's test behind its ``p_value`` (``rules.Deciding.test``).
+    TEST = "perfgate.test"
 
     @staticmethod
     def of(name: str) -> str:

@@ -19,8 +19,8 @@ import contextlib
 import os
 import sqlite3
 
-from ._decision_frame import RunRecord, check_decision_filters, frame_of
-from ._schema import KIND_DECISION, TAG
+from ._decision_frame import DECISION_KINDS, RunRecord, check_decision_filters, frame_of
+from ._schema import TAG
 from ._store import local_store_path, store_scheme
 
 __all__ = ["decision_records", "decisions_frame", "default_uri", "sqlite_path"]
@@ -66,20 +66,22 @@ def _experiment_id(connection: sqlite3.Connection, experiment_name: str | None) 
 
 
 def decisions_frame(uri: str | None, experiment_name: str | None, group: str | None, suite: str | None,
-                    through_mlflow):
+                    through_mlflow, kind: str = "decision"):
     """The frame of ``tracking.decisions``: read here where this reader can answer exactly, else from
-    ``through_mlflow(experiment_name, group, suite)`` (the records MLflow's client reads)."""
-    check_decision_filters(group, suite)
-    records = decision_records(uri, experiment_name, group, suite)
+    ``through_mlflow(experiment_name, group, suite, kind)`` (the records MLflow's client reads)."""
+    check_decision_filters(group, suite, kind)
+    records = decision_records(uri, experiment_name, group, suite, kind)
     if records is None:
-        records = through_mlflow(experiment_name, group, suite)
-    return frame_of(records, group, suite)
+        records = through_mlflow(experiment_name, group, suite, kind)
+    return frame_of(records, group, suite, kind)
 
 
 def decision_records(uri: str | None, experiment_name: str | None = None,
-                     group: str | None = None, suite: str | None = None) -> list[RunRecord] | None:
-    """The decision runs of an experiment (of ``group`` / ``suite`` where given), newest first; ``None``
-    where this reader cannot answer exactly as MLflow would (see the module docstring)."""
+                     group: str | None = None, suite: str | None = None,
+                     kind: str = "decision") -> list[RunRecord] | None:
+    """The decision runs (``kind="suite"``: suite runs) of an experiment (of ``group`` / ``suite`` where
+    given), newest first; ``None`` where this reader cannot answer exactly as MLflow would (see the
+    module docstring)."""
     path = sqlite_path(uri)
     if path is None:
         return None
@@ -89,17 +91,17 @@ def decision_records(uri: str | None, experiment_name: str | None = None,
         return None
     with contextlib.closing(connection):
         try:
-            return _read(connection, experiment_name, group, suite)
+            return _read(connection, experiment_name, group, suite, kind)
         except sqlite3.Error:  # a missing table or column, a busy or locked file, not a database
             return None
 
 
 def _read(connection: sqlite3.Connection, experiment_name: str | None, group: str | None,
-          suite: str | None) -> list[RunRecord] | None:
+          suite: str | None, kind: str = "decision") -> list[RunRecord] | None:
     experiment_id = _experiment_id(connection, experiment_name)
     if experiment_id is None:
         return None
-    conditions = [(TAG.KIND, KIND_DECISION)]
+    conditions = [(TAG.KIND, DECISION_KINDS[kind])]
     if group is not None:
         conditions.append((TAG.GROUP, group))
     if suite is not None:

@@ -291,11 +291,11 @@ def _p(value: float | None) -> str:
     return f"{value:.2g}" if value < 0.01 else f"{value:.3f}"
 
 
-def _interval(figures: dict) -> str:
-    ratio = figures.get("ratio_estimate")
+def _interval(deciding: dict) -> str:
+    ratio = deciding.get("ratio")
     if ratio is None:
         return "n/a"
-    low, high = figures.get("ratio_ci_low"), figures.get("ratio_ci_high")
+    low, high = deciding.get("ratio_ci_low"), deciding.get("ratio_ci_high")
     bounds = f" [{'-inf' if low is None else f'{low:.3f}'}, {'inf' if high is None else f'{high:.3f}'}]"
     return f"{ratio:.3f}{bounds}"
 
@@ -335,9 +335,10 @@ def suite_markdown(summary: dict) -> str:
         figures = entry.get("figures") or {}
         if figures.get("paired_fallback"):
             how += f" ({figures['paired_fallback']})"
-        boundary = figures.get("boundary")
+        deciding = entry.get("deciding") or {}  # the deciding method's figures, whatever the method
+        boundary = deciding.get("boundary")
         row = [entry["name"], f"`{entry['group']}`", how, entry["own_verdict"], f"**{entry['verdict']}**",
-               _interval(figures), "" if boundary is None else f"{boundary:.3f}"]
+               _interval(deciding), "" if boundary is None else f"{boundary:.3f}"]
         if main is None:
             row += ["", "", "", "", ]
         else:
@@ -391,21 +392,9 @@ def read_suite(run_id: str) -> dict:
 
 
 def suite_decisions(experiment_name: str | None = None, name: str | None = None) -> pd.DataFrame:
-    """One row per suite decision run, newest first: ``suite``, ``decision``, ``reason``, counts, ids."""
-    mlflow_client = _client.client()
-    experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
-    filter_string = f"tags.\"{TAG.KIND}\" = '{KIND_SUITE}'"
-    runs = _client.search_all(mlflow_client, [experiment_id], filter_string, order_by=["attributes.start_time DESC"])
-    columns = ["suite", "decision", "reason", "entries", *(f"entries_{v}" for v in VERDICTS), "run_id",
-               "experiment_id", "start_time"]
-    rows = []
-    for run in runs:
-        tags, metrics = run.data.tags, run.data.metrics
-        if TAG.DECISION not in tags or (name is not None and tags.get(TAG.SUITE) != name):
-            continue
-        rows.append({"suite": tags.get(TAG.SUITE), "decision": tags[TAG.DECISION], "reason": tags.get(TAG.REASON),
-                     **{key: metrics.get(key, float("nan")) for key in columns[3:3 + 1 + len(VERDICTS)]},
-                     "run_id": run.info.run_id, "experiment_id": run.info.experiment_id,
-                     "start_time": pd.Timestamp(run.info.start_time, unit="ms", tz="UTC")})
-    return pd.DataFrame(rows, columns=columns)
+    """One row per suite decision run, newest first: ``decisions(kind="suite")`` (``suite``, ``decision``,
+    ``reason``, the entries by verdict, ``tests``, ``alpha``, ``control``, the ids)."""
+    from ._queries import decisions
+
+    return decisions(experiment_name, suite=name, kind="suite")
 
