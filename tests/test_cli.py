@@ -62,7 +62,7 @@ def test_decisions_and_report(sqlite_uri, capsys):
     header, row = out.splitlines()[:2]
     assert header.split()[6:8] == ["method", "latency"] and " seed " in row and " raw " in row  # how it was judged
     code, out, _ = run_cli(capsys, "report", "--group", "rep")
-    assert code == 0 and out.startswith("## ACCEPT") and "| median | 100 ms | 89 ms |" in out
+    assert code == 0 and out.startswith("## ACCEPT") and "| median over attempts of each one's median step (judged) | 100 ms | 89 ms |" in out
 
 
 @pytest.mark.parametrize("argv, needle", [

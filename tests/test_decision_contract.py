@@ -213,3 +213,68 @@ def test_suite_decisions_are_queryable_beside_the_comparisons(sqlite_uri):
         pg.decisions(kind="suite", group="s-fast")
     with pytest.raises(InputError, match="kind must be one of"):
         pg.decisions(kind="suites")
+
+
+def test_the_headline_is_the_typical_step_and_says_when_the_judged_figure_moved_apart():
+    """Under contention a short step fits in a scheduler slice and a long one does not: the p10 step
+    can move twice as far as the typical step. The number users quote is the typical step's."""
+    from mlflow_perfgate.rules import judge
+    from mlflow_perfgate.tracking._report import decision_summary, estimate_text
+
+    rng = np.random.default_rng(5)
+
+    def arm(typical: float, p10: float) -> list[dict]:
+        return [{"ok": True, "quality": 1.0, "pair": r, "latency_ms": typical * (1 + rng.normal(0, 0.002)),
+                 "step_p10_ms": p10 * (1 + rng.normal(0, 0.002)), "step_mean_ms": typical * 1.01,
+                 "step_p95_ms": typical * 1.1} for r in range(10)]
+
+    decision = judge(arm(100, 90), arm(92, 60), Policy(method="paired", latency="p10"))
+    deciding = decision.deciding
+    assert deciding.ratio == pytest.approx(60 / 90, rel=0.01)  # the judged p10 step
+    assert deciding.typical_ratio == pytest.approx(0.92, rel=0.01)
+    assert deciding.mean_ratio == pytest.approx(0.92, rel=0.01)
+    assert deciding.improvement == pytest.approx(0.08, abs=0.01)  # the typical step's, not the p10's 33%
+    assert deciding.judged_apart
+    result = {**decision.to_dict(), "latency": "p10", "objective": "latency"}
+    text = estimate_text(result)
+    assert text.startswith("the typical step (median of the steps): an improvement of 8.")
+    assert "judged on the 10th-percentile step" in text and "quote the typical step" in text
+    assert decision_summary(result)[1].startswith("estimate (paired): the typical step")
+    # where both figures agree nothing is said about them
+    agree = judge(arm(100, 90), arm(92, 82.8), Policy(method="paired", latency="p10")).deciding
+    assert not agree.judged_apart
+    # a slowdown beyond 2x reads as one
+    slow = judge(arm(100, 90), arm(460, 414), Policy(method="paired", latency="p10"))
+    assert "4.61x slower" in estimate_text({**slow.to_dict(), "latency": "p10", "objective": "latency"})
+
+
+def test_an_improvement_mode_reject_says_what_was_not_shown_and_what_to_ask_next():
+    from mlflow_perfgate.rules import judge
+    from mlflow_perfgate.tracking._report import decision_markdown, decision_summary
+
+    rng = np.random.default_rng(9)
+
+    def arm(level: float) -> list[dict]:
+        return [{"ok": True, "quality": 1.0, "pair": r, "latency_ms": level * (1 + rng.normal(0, 0.002))}
+                for r in range(10)]
+
+    def result_of(ratio: float) -> dict:
+        decision = judge(arm(100), arm(100 * ratio), Policy(method="paired"))
+        return {**decision.to_dict(), "failed_checks": decision.failed_checks, "group": "g",
+                "thresholds": {"min_improvement": 0.05}}
+
+    same = result_of(1.0)  # not faster, not slower
+    assert same["decision"] == "reject" and same["failed_checks"] == ["improvement_ok"]
+    lines = decision_summary(same, ["mlflow-perfgate", "compare", "--change", "x=1", "--group", "g1"])
+    assert lines[0] == "decision: REJECT: the candidate is not shown to be at least 5% faster (nor shown slower)"
+    assert lines[-1] == ("next: it is not shown faster; to ask whether it is no slower (CI's question): "
+                         "mlflow-perfgate compare --change x=1 --mode non_regression")
+    assert decision_markdown(same).startswith("## REJECT: the candidate is not shown to be at least 5% faster")
+    slower = result_of(1.02)  # the interval lies above 1: slower, said so
+    assert slower["failed_checks"] == ["improvement_ok"]
+    assert decision_summary(slower)[0] == \
+        "decision: REJECT: the candidate is slower (its interval lies above 1), not at least 5% faster"
+    assert not any(line.startswith("next:") for line in decision_summary(slower))
+    much = result_of(1.3)  # more than the main check failed: each named
+    assert decision_summary(much)[0].startswith("decision: REJECT: the candidate fails 2 declared checks: ")
+    assert "p95_ok" in decision_summary(much)[0]

@@ -97,7 +97,9 @@ def test_the_attempts_view_reads_arm_outcome_round_and_the_judged_figure_first_i
         run = client.get_run(run_id)
         assert run.data.tags[TAG.RUN_COLOR] == ARM_COLORS[run.data.tags[TAG.ARM]]
     note = client.get_run(result["decision_run_id"]).data.tags[TAG.NOTE]
-    assert note.splitlines()[2].startswith("- reason: `declared_thresholds_checked`")  # why, above the fold
+    # what the change did, then why: both above the fold
+    assert note.splitlines()[2].startswith("- estimate (seed): the typical step (median of the steps): an improvement")
+    assert note.splitlines()[3].startswith("- reason: `declared_thresholds_checked`")
 
 
 def test_the_project_run_a_decision_nests_under_carries_its_verdict_in_its_name(sqlite_uri):

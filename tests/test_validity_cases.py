@@ -63,9 +63,16 @@ def test_a_uniform_speedup_is_accepted_and_the_report_names_the_judged_figures(s
     assert result["decision"] == "accept", result["messages"]
     report = read_report(result["decision_run_id"])
     assert "judged: `p10`" in report and "the mean step (throughput)" in report
-    for row in ("typical step (median of the steps)", "mean step (measured time / steps)",
-                "step tail (P95 of the steps)"):
-        assert row in report
+    for row in ("| typical step: median over attempts of each one's median step |",
+                "| mean step: median over attempts of each one's measured time / steps |",
+                "| step tail: median over attempts of each one's P95 step |",
+                "| median over attempts of each one's 10th-percentile step (judged) |"):
+        assert row in report  # the figures table names what each median is of
+    # the headline is the typical step's, the judged p10 beside it
+    assert "- estimate (paired): the typical step (median of the steps): an improvement of" in report
+    assert "judged on the 10th-percentile step" in report
+    assert result["deciding"]["typical_ratio"] < 1 and \
+        result["deciding"]["improvement"] == pytest.approx(1 - result["deciding"]["typical_ratio"])
     run = MlflowClient().get_run(result["attempts"][0]["run_id"])
     assert {"step_mean_ms", "step_p95_ms"} <= set(run.data.metrics)
     assert MlflowClient().get_run(result["decision_run_id"]).data.tags[TAG.DECISION] == "accept"

@@ -125,6 +125,26 @@ def step_checks(b: ArmSummary, c: ArmSummary, policy: Policy, method: str,
     return checks
 
 
+def _with_typical(decision: Decision, b: ArmSummary, checks: list[Check]) -> Decision:
+    """The decision with the typical and mean steps' estimates in its deciding figures: the step checks'
+    (the method's estimator), or the judged figure's own where the method judged the typical step."""
+    if decision.deciding is None:
+        return decision
+    found = {check.name: check.figures for check in checks}
+    typical = found.get("typical_step_ok")
+    if typical is not None:
+        estimate = (typical["ratio"], typical["low"], typical["high"])
+    elif b.latency_key == STEP_FIGURES["typical"]:  # the method judged the typical step itself
+        deciding = decision.deciding
+        estimate = (deciding.ratio, deciding.ratio_ci_low, deciding.ratio_ci_high)
+    else:
+        return decision
+    mean = (found.get("mean_step_ok") or {}).get("ratio")
+    return dataclasses.replace(decision, deciding=dataclasses.replace(
+        decision.deciding, typical_ratio=estimate[0], typical_ci_low=estimate[1], typical_ci_high=estimate[2],
+        mean_ratio=mean))
+
+
 def guarded(decision: Decision, b: ArmSummary, c: ArmSummary, policy: Policy) -> Decision:
     """``decision`` with its step checks (:func:`step_checks`) added: a failed one rejects.
 
@@ -139,6 +159,7 @@ def guarded(decision: Decision, b: ArmSummary, c: ArmSummary, policy: Policy) ->
     if not decision.checks:
         return decision
     checks = step_checks(b, c, policy, decision.method, decision.figures.get("confidence"))
+    decision = _with_typical(decision, b, checks)
     if not checks:
         return decision
     figures = {**decision.figures, **{RATIO_FIGURES[check.name]: check.figures["ratio"] for check in checks}}

@@ -442,6 +442,11 @@ class Deciding:
             a plugin's own), the p-value of the test its failure rests on, by check name: the
             family a suite's error control adjusts. Empty: the method gives none, and a suite
             refuses it.
+        typical_ratio, typical_ci_low, typical_ci_high: the typical step's ratio (the median of the
+            steps, candidate over baseline) and its interval at ``confidence``, by the method's own
+            estimator: what a user means by "faster". The judged figure's own where the method
+            judged the typical step; ``None`` where the attempts carry no step times.
+        mean_ratio: the mean step's ratio (measured time over steps: throughput), by the same estimator.
     """
 
     ratio: float | None = None
@@ -453,9 +458,14 @@ class Deciding:
     boundary: float | None = None
     boundary_p_value: float | None = None
     tests: Mapping[str, float] = field(default_factory=dict)
+    typical_ratio: float | None = None
+    typical_ci_low: float | None = None
+    typical_ci_high: float | None = None
+    mean_ratio: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("ratio", "ratio_ci_low", "ratio_ci_high"):
+        for name in ("ratio", "ratio_ci_low", "ratio_ci_high", "typical_ratio", "typical_ci_low", "typical_ci_high",
+                     "mean_ratio"):
             object.__setattr__(self, name, _ratio_or_none(getattr(self, name), name))
         boundary = to_python(self.boundary)  # the seed's bar, 1 - max(min_improvement, noise), may fall below 0
         if boundary is not None and (isinstance(boundary, bool) or not check_finite(boundary, "boundary")):
@@ -478,23 +488,38 @@ class Deciding:
 
     @property
     def improvement(self) -> float | None:
-        """``1 - ratio``: the share of the baseline's figure the candidate saves (negative: slower)."""
-        return None if self.ratio is None else 1 - self.ratio
+        """The share of the baseline's typical step the candidate saves (``1 - typical_ratio``; negative:
+        slower), or of the judged figure (``1 - ratio``) where there is no typical step's estimate."""
+        ratio = self.typical_ratio if self.typical_ratio is not None else self.ratio
+        return None if ratio is None else 1 - ratio
+
+    @property
+    def judged_apart(self) -> bool:
+        """Whether the judged figure's estimate lies outside the typical step's interval: the two moved
+        apart by more than the typical step's own uncertainty (a p10 step that sped up more than the
+        typical one, under contention), so the judged ratio is not the number to quote."""
+        low, high = self.typical_ci_low, self.typical_ci_high
+        if self.ratio is None or self.typical_ratio is None or (low is None and high is None):
+            return False
+        return (low is not None and self.ratio < low * (1 - 1e-9)) or \
+            (high is not None and self.ratio > high * (1 + 1e-9))
 
     def to_dict(self) -> dict:
-        """A plain dict of the fields, ``improvement`` beside them."""
+        """A plain dict of the fields, ``improvement`` and ``judged_apart`` beside them."""
         return {"ratio": self.ratio, "ratio_ci_low": self.ratio_ci_low, "ratio_ci_high": self.ratio_ci_high,
                 "confidence": self.confidence, "p_value": self.p_value, "test": self.test,
                 "boundary": self.boundary, "boundary_p_value": self.boundary_p_value, "tests": dict(self.tests),
-                "improvement": self.improvement}
+                "typical_ratio": self.typical_ratio, "typical_ci_low": self.typical_ci_low,
+                "typical_ci_high": self.typical_ci_high, "mean_ratio": self.mean_ratio,
+                "improvement": self.improvement, "judged_apart": self.judged_apart}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Deciding":
-        """The record of :meth:`to_dict`'s dict (``improvement`` is derived, and ignored)."""
+        """The record of :meth:`to_dict`'s dict (``improvement`` and ``judged_apart`` are derived, and ignored)."""
         if not isinstance(data, Mapping):
             raise RuleTypeError(f"deciding figures must be a mapping, got {type(data).__name__}")
         names = ("ratio", "ratio_ci_low", "ratio_ci_high", "confidence", "p_value", "test", "boundary",
-                 "boundary_p_value")
+                 "boundary_p_value", "typical_ratio", "typical_ci_low", "typical_ci_high", "mean_ratio")
         return cls(**{name: data.get(name) for name in names}, tests=data.get("tests") or {})
 
 

@@ -51,6 +51,10 @@ def summary_metrics(evaluation: Evaluation) -> dict[str, float]:
         put("ratio_ci_high", deciding.ratio_ci_high)
         put("p_value", deciding.p_value)
         put("improvement", deciding.improvement)
+        put("typical_step_ratio", deciding.typical_ratio)
+        put("typical_step_ci_low", deciding.typical_ci_low)
+        put("typical_step_ci_high", deciding.typical_ci_high)
+        put("mean_step_ratio", deciding.mean_ratio)
         put("boundary", deciding.boundary)
         put("boundary_p_value", deciding.boundary_p_value)
     for arm in ARMS:

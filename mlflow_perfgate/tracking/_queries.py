@@ -33,9 +33,11 @@ def decisions(experiment_name: str | None = None, group: str | None = None, suit
 
     Returns:
         A DataFrame with :func:`decision_columns` (``failed_checks`` a list; ``reason_text`` the
-        reason in words, each failed check with its message; the headline columns
-        ``ratio_estimate``, ``ratio_ci_low``, ``ratio_ci_high``, ``p_value``, ``improvement``,
-        ``boundary`` and ``boundary_p_value`` are the deciding method's (``rules.Deciding``),
+        reason in words, each failed check with its message; the headline columns are the
+        deciding method's (``rules.Deciding``): ``improvement`` (the share of the typical step saved,
+        what users mean by faster), ``typical_step_ratio`` with ``typical_step_ci_low`` and
+        ``typical_step_ci_high``, ``mean_step_ratio``, and the judged figure's ``ratio_estimate``,
+        ``ratio_ci_low``, ``ratio_ci_high``, ``p_value``, ``boundary``, ``boundary_p_value``;
         every other method's figures carry its prefix (``robust_p_value``, ``paired_ratio_estimate``);
         ``p_value_method`` the test behind the headline ``p_value``; figures as floats, NaN where
         the decision has none); empty, with those columns, when there is none. With

@@ -39,8 +39,12 @@ _COMMON_ROWS = (
 
 #: The step figures every latency decision judges (``rules._guards``), where the attempts carry step
 #: times: each the median over the successful attempts of that attempt's figure.
-_STEP_ROWS = (("typical step (median of the steps)", "typical_step_ms"),
-              ("mean step (measured time / steps)", "mean_step_ms"), ("step tail (P95 of the steps)", "step_p95_ms"))
+_STEP_ROWS = (("typical step: median over attempts of each one's median step", "typical_step_ms"),
+              ("mean step: median over attempts of each one's measured time / steps", "mean_step_ms"),
+              ("step tail: median over attempts of each one's P95 step", "step_p95_ms"))
+#: Each attempt's judged figure in the figures table's words, by the latency judged.
+_PER_ATTEMPT = {"raw": "each one's median step", "p10": "each one's 10th-percentile step",
+                "fastest": "each one's fastest step", "uncontended": "each one's uncontended latency"}
 #: The step checks and what each judges, for the report's "judged" line.
 _STEP_CHECKS = {"typical_step_ok": "the typical step", "mean_step_ok": "the mean step (throughput)",
                 "step_tail_ok": "the step tail (P95 of the steps)"}
@@ -88,7 +92,42 @@ def _rows() -> list[tuple[str, str, str, bool]]:
 def _headline(result: dict) -> str:
     objective = OBJECTIVES[result["objective"]] if result.get("objective") in OBJECTIVES else None
     accept = objective.headlines.get(result.get("mode", "improvement")) if objective else None
-    return headline(result["decision"], accept)
+    return _reject_headline(result) or headline(result["decision"], accept)
+
+
+def _asked_improvement(result: dict) -> float | None:
+    """The improvement an improvement-mode comparison asked for (the seed's bar, noise included, where it ran)."""
+    for value in (result.get("required_improvement"), (result.get("thresholds") or {}).get("min_improvement")):
+        if _number(value):
+            return float(value)
+    return None
+
+
+def _not_shown_faster(result: dict) -> bool:
+    """An improvement-mode reject on its main check alone, without the interval showing the candidate slower."""
+    deciding = result.get("deciding") or {}
+    low = deciding.get("ratio_ci_low")
+    return (result.get("decision") == "reject" and result.get("mode", "improvement") == "improvement"
+            and list(result.get("failed_checks") or []) == ["improvement_ok"]
+            and not (_number(low) and low > 1))
+
+
+def _reject_headline(result: dict) -> str | None:
+    """A reject's headline in the words of the question asked (``None`` for another verdict).
+
+    In improvement mode a reject on the main check alone is "not shown to be at least 5% faster",
+    and "slower" only where the interval lies above 1; otherwise the failed checks, named."""
+    failed = list(result.get("failed_checks") or [])
+    if result.get("decision") != "reject" or not failed:
+        return None
+    asked = _asked_improvement(result)
+    faster = f"at least {asked * 100:g}% faster" if asked is not None and asked > 0 else "faster"
+    if failed == ["improvement_ok"] and result.get("mode", "improvement") == "improvement":
+        if _not_shown_faster(result):
+            return f"REJECT: the candidate is not shown to be {faster} (nor shown slower)"
+        return f"REJECT: the candidate is slower (its interval lies above 1), not {faster}"
+    return f"REJECT: the candidate fails {len(failed)} declared check{'s' if len(failed) > 1 else ''}: " + \
+        ", ".join(failed)
 
 
 def verdict_word(decision: str) -> str:
@@ -144,27 +183,57 @@ def reason_text(result: dict) -> str:
     return words
 
 
-def estimate_text(result: dict) -> str | None:
-    """The deciding method's estimate in words, from its deciding figures (``result["deciding"]``):
-    ``an improvement of 9.6% (ratio candidate/baseline 0.904, 90% interval 0.896 to 0.912; one-sided
-    Wilcoxon signed-rank (exact) p = 0.00098)``; ``None`` where it estimated none."""
-    deciding = result.get("deciding") or {}
-    ratio = deciding.get("ratio")
-    if not _number(ratio):
-        return None
+def _ratio_words(ratio: float, low, high, confidence, how: str) -> str:
+    """``an improvement of 8.0% (ratio candidate/baseline 0.920, 90% interval 0.910 to 0.930)``."""
     text = f"{change_text(ratio)} (ratio candidate/baseline {ratio:.3f}"
-    if _number(deciding.get("confidence")):
-        text += ", " + interval_text(deciding.get("ratio_ci_low"), deciding.get("ratio_ci_high"),
-                                     deciding["confidence"])
-    if _number(deciding.get("p_value")):
-        text += f"; one-sided {deciding.get('test') or 'test'} p = {deciding['p_value']:.3g}"
-    what = _JUDGED_FIGURE.get(result.get("latency") or "raw", "")
-    return text + ")" + (f", on {what}" if what and result.get("objective", "latency") == "latency" else "")
+    if _number(confidence):
+        text += ", " + interval_text(low, high, confidence)
+    return text + (f"; {how}" if how else "") + ")"
 
 
-#: What the judged ratio is of, by the latency judged.
-_JUDGED_FIGURE = {"raw": "the attempts' median steps", "p10": "the attempts' 10th-percentile steps",
-                  "fastest": "the attempts' fastest steps", "uncontended": "the attempts' uncontended latencies"}
+def estimate_text(result: dict) -> str | None:
+    """What the change did, from the deciding figures (``result["deciding"]``), the typical step first.
+
+    ``the typical step (median of the steps): an improvement of 8.0% (ratio candidate/baseline 0.920,
+    90% interval 0.910 to 0.930); the mean step 0.925; judged on the 10th-percentile step: 0.840
+    (90% interval 0.830 to 0.850; one-sided Wilcoxon signed-rank (exact) p = 0.001), outside the typical
+    step's interval: quote the typical step``. Where the method judged the typical step itself, one
+    figure; without step times, the judged figure alone. ``None`` where nothing was estimated."""
+    deciding = result.get("deciding") or {}
+    ratio, typical = deciding.get("ratio"), deciding.get("typical_ratio")
+    if not _number(ratio) and not _number(typical):
+        return None
+    confidence = deciding.get("confidence")
+    test = (f"one-sided {deciding.get('test') or 'test'} p = {deciding['p_value']:.3g}"
+            if _number(deciding.get("p_value")) else "")
+    judged = result.get("latency") or "raw"
+    if result.get("objective", "latency") != "latency":
+        return _ratio_words(ratio, deciding.get("ratio_ci_low"), deciding.get("ratio_ci_high"), confidence, test)
+    if not _number(typical):  # no step times: the judged figure is all there is
+        return (f"{_JUDGED_FIGURE.get(judged, judged)}: "
+                + _ratio_words(ratio, deciding.get("ratio_ci_low"), deciding.get("ratio_ci_high"), confidence, test))
+    same = judged in ("raw",)
+    text = "the typical step (median of the steps): " + _ratio_words(
+        typical, deciding.get("typical_ci_low"), deciding.get("typical_ci_high"), confidence, test if same else "")
+    if _number(deciding.get("mean_ratio")):
+        text += f"; the mean step {deciding['mean_ratio']:.3f}"
+    if not same and _number(ratio):
+        judged_words = f"; judged on {_JUDGED_FIGURE.get(judged, judged)}: {ratio:.3f}"
+        if _number(confidence):
+            judged_words += (" (" + interval_text(deciding.get("ratio_ci_low"), deciding.get("ratio_ci_high"),
+                                                  confidence) + (f"; {test}" if test else "") + ")")
+        if deciding.get("judged_apart"):
+            judged_words += (", outside the typical step's interval: the judged figure moved more than the typical "
+                             "step; quote the typical step")
+        text += judged_words
+    return text
+
+
+#: What the judged figure is, by the latency judged.
+_JUDGED_FIGURE = {"raw": "the typical step (each attempt's median step)",
+                  "p10": "the 10th-percentile step (each attempt's, Harrell-Davis)",
+                  "fastest": "the fastest step (each attempt's)",
+                  "uncontended": "the uncontended latency (each attempt's median quiet step)"}
 
 
 def decision_markdown(result: dict) -> str:
@@ -178,11 +247,11 @@ def decision_markdown(result: dict) -> str:
     """
     decision = result["decision"]
     lines = [f"## {_headline(result)}", ""]
-    # why first: the run page shows the note's first lines above the fold
-    lines.append(f"- reason: `{result['reason']}`: {md.text(reason_text(result))}")
+    # what the change did, then why: the run page shows the note's first lines above the fold
     estimate = estimate_text(result)
     if estimate:
         lines.append(f"- estimate ({result.get('method', 'seed')}): {md.text(estimate)}")
+    lines.append(f"- reason: `{result['reason']}`: {md.text(reason_text(result))}")
     if result.get("failed_checks"):
         lines.append(f"- failed checks: {', '.join(f'`{c}`' for c in result['failed_checks'])}")
     if result.get("recommended_attempts"):
@@ -233,10 +302,16 @@ def decision_markdown(result: dict) -> str:
             lines.append(f"- {name} ({method.help}): `{summary['decision']}` ({summary['reason']}); {figures}")
     lines += ["", "### Figures", "", "| | baseline | candidate |", "|---|---|---|"]
     b, c = result.get("baseline", {}), result.get("candidate", {})
+    of = _PER_ATTEMPT.get(result.get("latency") or "raw", "each one's latency")
+    if result.get("objective", "latency") == "latency":  # what the median and the P95 are of
+        named = {"median_ms": f"median over attempts of {of} (judged)",
+                 "p95_ms": f"P95 over attempts (nearest rank) of {of}"}
+    else:
+        named = {}
     for label, key, unit, optional in _rows():
         if optional and b.get(key) is None and c.get(key) is None:
             continue
-        lines.append(f"| {label} | {_fmt(b.get(key), unit)} | {_fmt(c.get(key), unit)} |")
+        lines.append(f"| {named.get(key, label)} | {_fmt(b.get(key), unit)} | {_fmt(c.get(key), unit)} |")
     if b.get("failure_reasons") or c.get("failure_reasons"):
         lines += ["", "### Failed attempts", ""]
         for arm, summary in (("baseline", b), ("candidate", c)):
@@ -354,7 +429,8 @@ def _question(result: dict) -> tuple[str, float | None]:
 
 
 def next_step(result: dict, command: list[str] | None = None) -> str | None:
-    """What to do about a rerun, in one line (``None`` for another verdict).
+    """What to do about a rerun, or an improvement-mode reject that is only not shown faster (ask the
+    non_regression question instead), in one line (``None`` for another verdict).
 
     The advice (``recommended_attempts``) is a plan from the noise alone: the rounds per arm that
     settle a change that does nothing against the question's bound, 9 times in 10
@@ -369,6 +445,15 @@ def next_step(result: dict, command: list[str] | None = None) -> str | None:
       ``--until-decisive`` and that many rounds as its cap (a new group: adding looks to a group
       decided at one look would be optional stopping).
     """
+    if _not_shown_faster(result):  # the question may have been the wrong one: no slower?
+        margin = result.get("margin")
+        question = f" --margin {float(margin):g}" if _number(margin) else ""
+        if command and len(command) > 1 and command[1] in ("compare", "pipeline"):
+            base = _without(command, {"--group": 1, "--resume": 0, "--mode": 1})
+            return ("next: it is not shown faster; to ask whether it is no slower (CI's question): "
+                    + shlex.join([*base, "--mode", "non_regression"]))
+        return ("next: it is not shown faster; to ask whether it is no slower (CI's question), compare again with "
+                f"--mode non_regression{question}")
     if result.get("decision") != "rerun":
         return None
     reason, group = result.get("reason"), result.get("group", "")
@@ -424,6 +509,9 @@ def decision_summary(result: dict, command: list[str] | None = None) -> list[str
         (:func:`next_step`); the experiment and the decision run; the link (``decision_run_url``).
     """
     lines = [f"decision: {_headline(result)}"]
+    estimate = estimate_text(result)
+    if estimate:
+        lines.append(f"estimate ({result.get('method', 'seed')}): {estimate}")
     reason = result["reason"]
     messages = result.get("messages") or {}
     open_checks = [name for name in messages if messages[name].startswith(("FAILED", "INCONCLUSIVE"))]
@@ -436,9 +524,6 @@ def decision_summary(result: dict, command: list[str] | None = None) -> list[str
         lines += [f"  {name}: {messages[name]}" for name in open_checks]
     else:
         lines.append(f"why: {reason_text(result)} ({reason})")
-    estimate = estimate_text(result)
-    if estimate:
-        lines.append(f"estimate ({result.get('method', 'seed')}): {estimate}")
     if result["decision"] == "rerun" and result.get("recommended_attempts"):
         lines.append(f"  about {result['recommended_attempts']} attempts per arm would likely settle it")
     step = next_step(result, command)

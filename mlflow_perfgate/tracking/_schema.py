@@ -307,10 +307,13 @@ class METRIC:
 
 
 #: The decision run's headline metrics: the deciding method's figures (``rules.Deciding``) under
-#: fixed names, whatever the method: the judged ratio candidate / baseline, its interval, the main
-#: test's p-value, ``improvement`` (1 - ratio), the main check's boundary and the one-sided p-value
-#: of the ratio lying beyond it.
-HEADLINE_METRICS = ("ratio_estimate", "ratio_ci_low", "ratio_ci_high", "p_value", "improvement", "boundary",
+#: fixed names, whatever the method: ``improvement`` (what users mean: the share of the typical
+#: step saved, 1 - typical_step_ratio; of the judged figure where the attempts carry no step times),
+#: the typical step's ratio candidate / baseline and its interval, the mean step's ratio; the judged
+#: figure's ratio and interval, the main test's p-value, the main check's boundary and the one-sided
+#: p-value of the ratio lying beyond it.
+HEADLINE_METRICS = ("improvement", "typical_step_ratio", "typical_step_ci_low", "typical_step_ci_high",
+                    "mean_step_ratio", "ratio_estimate", "ratio_ci_low", "ratio_ci_high", "p_value", "boundary",
                     "boundary_p_value")
 #: ``TAG.HEADLINE``'s value on a decision run whose headline metrics are the deciding method's.
 HEADLINE_DECIDING = "deciding"

@@ -346,7 +346,9 @@ def suite_markdown(summary: dict) -> str:
                     _p(entry["level"][main])]
         reason = entry["reason"]
         reason_text = SUITE_REASONS.get(reason) or REASONS.get(reason, reason)
-        if entry.get("failed_checks"):
+        if entry.get("failed_checks") and entry["verdict"] == "reject" and reason == "declared_thresholds_checked":
+            reason_text = f"FAILED: {', '.join(entry['failed_checks'])}"  # never "every threshold was checked"
+        elif entry.get("failed_checks"):
             reason_text += f" (failed: {', '.join(entry['failed_checks'])})"
         if entry.get("withheld_checks"):
             reason_text += f" (withheld: {', '.join(entry['withheld_checks'])})"
