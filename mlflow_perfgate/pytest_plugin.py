@@ -607,7 +607,7 @@ def _outcome(entry: dict, result: dict, summary: dict) -> Outcome:
 
 # --- the summary table -----------------------------------------------------------------------------
 
-_LOCAL_LINK = ", then open "
+_LOCAL_LINK = ", then open "  # tracking._client.ui_link's form for a local store
 
 
 def _number(value: float) -> str:
@@ -628,6 +628,8 @@ def _figure(outcome: Outcome) -> str:
 
 def summary_lines(gate: _Gate) -> list[str]:
     """The end of the session: the suite's verdict, then a row per declared test (verdict, ratio [interval], run)."""
+    from .tracking._schema import UI_ADDRESS  # no mlflow
+
     summary = gate.summary
     title = f"perfgate suite {gate.suite_name!r}"
     if summary is not None:
@@ -646,6 +648,7 @@ def summary_lines(gate: _Gate) -> list[str]:
         link = outcome.decision_run_url or ""
         if _LOCAL_LINK in link:  # a local store: the command once, below the table; the page in the row
             local, link = link.split(_LOCAL_LINK, 1)
+            link = link.removeprefix(UI_ADDRESS)
         rows.append((nodeid, verdict, _figure(outcome), link))
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     for row in rows:
@@ -660,9 +663,10 @@ def summary_lines(gate: _Gate) -> list[str]:
             run_link = summary["suite_run_url"]
             if _LOCAL_LINK in run_link:
                 local, run_link = run_link.split(_LOCAL_LINK, 1)
+                run_link = run_link.removeprefix(UI_ADDRESS)
             lines.append(f"suite run: {run_link}")
     if local:
-        lines.append(f"open the links with: {local}")
+        lines.append(f"open the links with: {local}, each under the address it prints")
     for nodeid in gate.declared:
         outcome = gate.outcome(nodeid)
         if outcome is not None and outcome.verdict == "rerun":

@@ -278,3 +278,16 @@ def test_an_improvement_mode_reject_says_what_was_not_shown_and_what_to_ask_next
     much = result_of(1.3)  # more than the main check failed: each named
     assert decision_summary(much)[0].startswith("decision: REJECT: the candidate fails 2 declared checks: ")
     assert "p95_ok" in decision_summary(much)[0]
+
+
+def test_links_are_built_from_the_tracking_servers_own_address_and_none_for_a_local_store():
+    from mlflow_perfgate.tracking._client import run_link
+    from mlflow_perfgate.tracking._views import view_link
+
+    assert run_link("http://tracker.internal:8080/", "3", "abc") == "http://tracker.internal:8080/#/experiments/3/runs/abc"
+    assert run_link("https://user:secret@host/mlflow", "3", "abc") == "https://host/mlflow/#/experiments/3/runs/abc"
+    local = run_link("sqlite:////tmp/x y/mlflow.db", "0", "abc")
+    assert local == ("mlflow ui --backend-store-uri 'sqlite:////tmp/x y/mlflow.db', then open the address it prints + "
+                     "#/experiments/0/runs/abc")
+    assert "127.0.0.1" not in local and "http" not in local  # its port is the user's: no address of ours
+    assert view_link("http://h:1", "2", "k") == "http://h:1/#/experiments/2/runs?viewStateShareKey=k"

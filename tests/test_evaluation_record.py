@@ -110,9 +110,9 @@ def test_the_project_run_a_decision_nests_under_carries_its_verdict_in_its_name(
         client.set_tag(run_id, TAG.PARENT, project.info.run_id)
     result = pg.evaluate_group("rec-project")
     assert result["decision"] == "accept"
-    assert client.get_run(project.info.run_id).info.run_name == "painted-owl-7: ACCEPT"  # seen in the run list
+    assert client.get_run(project.info.run_id).info.run_name == "ACCEPT: painted-owl-7"  # seen in the run list
     # a run of ours is never renamed for a decision under it (a comparison run is named by its own)
-    assert client.get_run(result["decision_run_id"]).info.run_name.endswith(": ACCEPT")
+    assert client.get_run(result["decision_run_id"]).info.run_name.startswith("ACCEPT: ")
 
 
 def test_a_comparison_under_a_project_run_names_it_after_its_verdict(sqlite_uri):
@@ -124,5 +124,5 @@ def test_a_comparison_under_a_project_run_names_it_after_its_verdict(sqlite_uri)
                      min_valid_runs=2, supervised=False, progress=False, parent_run_id=project,
                      allow_undecidable=True)
     verdict = result["decision"].upper().replace("_", " ")
-    assert client.get_run(project).info.run_name == f"main-job: {verdict}"
+    assert client.get_run(project).info.run_name == f"{verdict}: main-job"
     assert client.get_run(result["decision_run_id"]).data.tags[TAG.PARENT] == project

@@ -101,7 +101,7 @@ def test_every_entry_point_runs_with_its_defaults(tmp_path, monkeypatch):
         "threads")
     recorded = decisions["ep"]  # the evaluator's own decision run: the project runs are no comparison
     assert recorded.data.tags[TAG.DECISION] == "accept" and recorded.info.status == "FINISHED"
-    assert recorded.info.run_name == "decision ep: ACCEPT"
+    assert recorded.info.run_name == "ACCEPT: decision ep"
     ep_attempts = [r for r in by_kind["attempt"] if r.data.tags[TAG.GROUP] == "ep"]
     assert len(ep_attempts) == 2 and {r.data.tags[TAG.PARENT] for r in ep_attempts} == {recorded.info.run_id}
 

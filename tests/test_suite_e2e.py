@@ -74,6 +74,7 @@ method = "paired"
     payload = pg.tracking.read_suite(suite_run)
     assert payload["format_version"] == 1 and payload["decision"] == "accept" and len(payload["entries"]) == 2
     assert client.get_run(suite_run).data.tags["perfgate.kind"] == "suite"
+    assert client.get_run(suite_run).info.run_name == "ACCEPT: suite recorded"  # its verdict first in the run list
     # judged again on the same attempts: the same suite run, no new decision runs
     code, out, _ = run_cli(capsys, "suite", "evaluate", suite, "--format", "json")
     assert code == 0 and f'"suite_run_id": "{suite_run}"' in out

@@ -377,20 +377,22 @@ def test_the_run_name_carries_the_verdict(sqlite_uri):
     client = MlflowClient()
     log_series("n-plain")
     first = pg.evaluate_group("n-plain")
-    assert client.get_run(first["decision_run_id"]).info.run_name == "decision n-plain: ACCEPT"
+    assert client.get_run(first["decision_run_id"]).info.run_name == "ACCEPT: decision n-plain"
     comparison = start_comparison("n-cmp", CONDITIONS, "checkpoint")
     log_series("n-cmp", parent_run_id=comparison)
     decided = pg.evaluate_group("n-cmp")
     assert decided["decision_run_id"] == comparison
-    assert client.get_run(comparison).info.run_name == "compare n-cmp: ACCEPT"
+    assert client.get_run(comparison).info.run_name == "ACCEPT: compare n-cmp"
     again = pg.evaluate_group("n-cmp", min_improvement=0.5)  # decided before: a new decision nests under it
     run = client.get_run(again["decision_run_id"])
-    assert run.info.run_name == "decision: REJECT" and run.data.tags[TAG.RUN_NAME] == "decision: REJECT"
-    assert client.get_run(comparison).info.run_name == "compare n-cmp: ACCEPT"
+    assert run.info.run_name == "REJECT: decision" and run.data.tags[TAG.RUN_NAME] == "REJECT: decision"
+    assert client.get_run(comparison).info.run_name == "ACCEPT: compare n-cmp"
     from mlflow_perfgate.tracking._decision_run import verdict_name
 
-    assert verdict_name("compare g: a: REJECT", "rerun") == "compare g: a: RERUN"
-    assert verdict_name("decision", "blocked_by_correctness") == "decision: BLOCKED BY CORRECTNESS"
+    assert verdict_name("compare g: a: REJECT", "rerun") == "RERUN: compare g: a"
+    assert verdict_name("decision", "blocked_by_correctness") == "BLOCKED BY CORRECTNESS: decision"
+    assert verdict_name("ACCEPT: compare g", "reject") == "REJECT: compare g"  # decided again: replaced
+    assert verdict_name("RERUN: decision: ACCEPT", "accept") == "ACCEPT: decision"  # both forms, an earlier release's
 
 
 def test_attempts_recorded_under_a_project_run_get_a_proper_decision_run(sqlite_uri, monkeypatch, capsys):

@@ -94,9 +94,10 @@ class Browser:
                                         {"targetId": target, "flatten": True})["sessionId"]
             self.send("Page.enable")
             self.send("Runtime.enable")
-            # a fixed, roomy viewport: the runs table virtualises rows and columns
+            # a fixed viewport of a common laptop's width (the runs table virtualises rows and columns):
+            # what a user sees without configuring anything must be seen here
             self.send("Emulation.setDeviceMetricsOverride",
-                      {"width": 1600, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+                      {"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
         except BaseException:
             self.close()
             raise
@@ -322,8 +323,25 @@ def test_decision_and_its_nested_attempts_render_in_the_mlflow_ui(decision_serve
     not_indented = {run_id: row for run_id, row in shown.items() if not row["indent"] > 0}
     assert not not_indented, f"attempt rows not indented under the decision run: {not_indented}"
     # the verdict is in the decision row's name, and each attempt is drawn in its arm's colour
-    assert f"decision {GROUP}: ACCEPT" in browser.evaluate(
+    assert f"ACCEPT: decision {GROUP}" in browser.evaluate(
         f"document.querySelector({json.dumps(_row(decision_id))}).innerText")
+    # and drawn where it is seen at 1,280 px: the verdict's characters lie inside the visible name cell
+    seen = browser.evaluate(
+        f"""(() => {{
+            const link = document.querySelector({json.dumps(_row(decision_id))} + ` a[href*="/runs/{decision_id}"]`);
+            const walker = document.createTreeWalker(link, NodeFilter.SHOW_TEXT);
+            let node; while ((node = walker.nextNode()) && !node.textContent.includes('ACCEPT')) {{}}
+            if (!node) return null;
+            const start = node.textContent.indexOf('ACCEPT');
+            const range = document.createRange();
+            range.setStart(node, start); range.setEnd(node, start + 'ACCEPT'.length);
+            const word = range.getBoundingClientRect();
+            let cell = link; while (cell && !(cell.getAttribute && cell.getAttribute('role') === 'gridcell')) cell = cell.parentElement;
+            const box = (cell || link).getBoundingClientRect();
+            return {{word: [word.left, word.right], cell: [box.left, box.right], width: window.innerWidth}};
+        }})()""")
+    assert seen is not None and seen["width"] == 1280
+    assert seen["cell"][0] <= seen["word"][0] and seen["word"][1] <= seen["cell"][1], seen
     colours = browser.evaluate(
         f"""(() => {{
             const out = {{}};
@@ -343,7 +361,7 @@ def test_decision_and_its_nested_attempts_render_in_the_mlflow_ui(decision_serve
     rendered = browser.wait_for(
         f"""(() => {{
             const heading = [...document.querySelectorAll('h2')]
-                .find(h => h.innerText.trim().startsWith('ACCEPT'));
+                .find(h => h.innerText.trim().startsWith('ACCEPT: the candidate'));  // not the run's name
             if (!heading) return null;
             const note = heading.parentElement;
             const group = [...note.querySelectorAll('code')].find(c => c.innerText.trim() === {json.dumps(GROUP)});

@@ -24,7 +24,7 @@ from ..rules._errors import InputError, StoreRefused, StoreUnavailable
 from ._probe import _DOWN, _UP, RETRYABLE_STATUS, ensure_reachable, mark_down  # noqa: F401 (_DOWN, _UP: tests)
 from ._redact import redact_text, redact_uri
 from ._store import _READ_ONLY, local_store_path, read_only, require_existing_store, unknown_scheme_text
-from ._schema import MAX_ENTITIES_PER_BATCH, MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH
+from ._schema import MAX_ENTITIES_PER_BATCH, MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH, UI_ADDRESS
 
 __all__ = ["client", "log_batch", "read_only", "redact_text", "redact_uri", "require_existing_store", "resolve_experiment",
            "retrying", "run_link", "search_all", "store_error"]
@@ -116,13 +116,19 @@ def client(*, probe: bool = True) -> MlflowClient:
     return mlflow_client
 
 
-def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    """Where a person opens a run: its page on a tracking server, or the ``mlflow ui`` command for a local store."""
+def ui_link(tracking_uri: str, page: str) -> str:
+    """Where a person opens ``page`` (``#/experiments/...``) of the MLflow UI: on a tracking server, the
+    server's own address (credentials removed); for a local store, no address at all but the ``mlflow ui``
+    command that serves it, and the page to open at the address it prints."""
     uri = redact_uri(tracking_uri)
-    page = f"#/experiments/{experiment_id}/runs/{run_id}"
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/{page}"
-    return f"mlflow ui --backend-store-uri {shlex.quote(uri)}, then open http://127.0.0.1:5000/{page}"
+    return f"mlflow ui --backend-store-uri {shlex.quote(uri)}, then open {UI_ADDRESS}{page}"
+
+
+def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """Where a person opens a run (:func:`ui_link`)."""
+    return ui_link(tracking_uri, f"#/experiments/{experiment_id}/runs/{run_id}")
 
 
 _RETRYABLE_CODES = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"})

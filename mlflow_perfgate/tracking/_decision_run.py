@@ -99,17 +99,20 @@ def _text(value: Any, limit: int) -> str:
     return fit("" if value is None else str(value), limit)
 
 
-#: A verdict at the end of a run's name (``compare my-change: REJECT``), replaced when it is decided again.
-_NAMED_VERDICT = re.compile(r": (ACCEPT|REJECT|RERUN|BLOCKED BY CORRECTNESS)$")
+_VERDICTS = "ACCEPT|REJECT|RERUN|BLOCKED BY CORRECTNESS"
+#: A verdict at the start of a run's name (``REJECT: compare my-change``), or at its end as earlier
+#: releases wrote it (``compare my-change: REJECT``): replaced when it is decided again.
+_NAMED_VERDICT = re.compile(rf"^(?:{_VERDICTS}): |: (?:{_VERDICTS})$")
 
 
-def verdict_name(name: str | None, decision: str) -> str:
-    """The run's name with the verdict at its end: ``compare my-change`` -> ``compare my-change: REJECT``.
+def verdict_name(name: str | None, decision: str, default: str = "decision") -> str:
+    """The run's name with the verdict at its start: ``compare my-change`` -> ``REJECT: compare my-change``.
 
-    The runs list shows the decision at a glance; a verdict already there is replaced.
+    The runs list truncates a long name at its end: the verdict first is seen at any width. A
+    verdict already there (at the start, or at the end where an earlier release put it) is replaced.
     """
-    base = _NAMED_VERDICT.sub("", name or "decision")
-    return f"{base}: {_report.verdict_word(decision)}"
+    base = _NAMED_VERDICT.sub("", name or default) or default
+    return f"{_report.verdict_word(decision)}: {base}"
 
 
 def _tags(evaluation: Evaluation, reason_text: str, note: str) -> dict[str, str]:

@@ -34,6 +34,7 @@ __all__ = [
     "RESERVED_METRICS",
     "RESERVED_PREFIXES",
     "TRUNCATION_MARKER",
+    "UI_ADDRESS",
     "arm_metric",
     "fit",
     "KIND_ATTEMPT",
@@ -315,6 +316,9 @@ class METRIC:
 HEADLINE_METRICS = ("improvement", "typical_step_ratio", "typical_step_ci_low", "typical_step_ci_high",
                     "mean_step_ratio", "ratio_estimate", "ratio_ci_low", "ratio_ci_high", "p_value", "boundary",
                     "boundary_p_value")
+#: Where a local store's page is opened (``_client.ui_link``): under the address ``mlflow ui`` prints
+#: (its port is the user's, ``--port``: no link of ours can know it).
+UI_ADDRESS = "the address it prints + "
 #: ``TAG.HEADLINE``'s value on a decision run whose headline metrics are the deciding method's.
 HEADLINE_DECIDING = "deciding"
 

@@ -26,7 +26,7 @@ from ..rules._errors import InputError, PerfgateError
 from ..rules._records import REASONS, VERDICTS
 from ..rules._suite import SUITE_REASONS, TAIL_SHARE, SuiteDecision, entry_evidence, suite_gate
 from . import _client, _report
-from ._decision_run import claim, wait_for
+from ._decision_run import claim, verdict_name, wait_for
 from ._environment import process_identity
 from ._evaluate import DEFAULT_STALE_AFTER_S, evaluate_group
 from ._schema import ARTIFACT_DIR, KIND_SUITE, PARAM, SUITE_FORMAT, TAG, fit
@@ -227,15 +227,17 @@ def _write(mlflow_client, run_id: str, summary: dict, key: str) -> None:
     metrics = [Metric(name, float(value), now, 0) for name, value in metrics_source.items()]
     params = {PARAM.of("alpha"): str(summary["alpha"]), PARAM.of("control"): summary["control"],
               PARAM.of("tail_share"): str(summary["tail_share"])}
+    held = _client.retrying(lambda: mlflow_client.get_run(run_id))  # its name, and the params it has
     tags = {TAG.DECISION: summary["decision"], TAG.REASON: summary["reason"], TAG.SUITE_KEY: key,
-            TAG.NOTE: _report.fit_note(summary["report"])}
+            TAG.NOTE: _report.fit_note(summary["report"]),
+            TAG.RUN_NAME: verdict_name(held.info.run_name, summary["decision"], default=f"suite {summary['suite'][:60]}")}
     payload = {"format_version": SUITE_FORMAT, **_json_ready(summary)}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             (folder / "report.md").write_text(summary["report"], encoding="utf-8")
             (folder / "suite.json").write_text(json.dumps(payload, indent=2, default=str, allow_nan=False))
-            existing = _client.retrying(lambda: mlflow_client.get_run(run_id)).data.params
+            existing = held.data.params
             _client.log_batch(mlflow_client, run_id, params={k: v for k, v in params.items() if k not in existing},
                               metrics=metrics, tags=tags)
             _client.retrying(lambda: mlflow_client.log_artifacts(run_id, str(folder), ARTIFACT_DIR))

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 
 from ..rules._errors import StoreError
 from ..rules._policy import LATENCY_KEYS, STEP_FIGURES
@@ -171,12 +170,8 @@ def view_key(view: dict) -> str:
 
 
 def view_link(tracking_uri: str, experiment_id: str, key: str) -> str:
-    """Where a person opens the view: the experiment's runs page with ``?viewStateShareKey``."""
-    uri = _client.redact_uri(tracking_uri)
-    page = f"#/experiments/{experiment_id}/runs?viewStateShareKey={key}"
-    if uri.startswith(("http://", "https://")):
-        return f"{uri.rstrip('/')}/{page}"
-    return f"mlflow ui --backend-store-uri {shlex.quote(uri)}, then open http://127.0.0.1:5000/{page}"
+    """Where a person opens the view: the experiment's runs page with ``?viewStateShareKey`` (:func:`_client.ui_link`)."""
+    return _client.ui_link(tracking_uri, f"#/experiments/{experiment_id}/runs?viewStateShareKey={key}")
 
 
 def logged_rounded(metrics: dict[str, float]) -> dict[str, str]:
