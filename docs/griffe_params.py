@@ -1,4 +1,4 @@
-"""A griffe extension for the docs build: ``a, b: what they are`` in an ``Args:`` section.
+"""A griffe extension for the docs build: ``a, b: what they are`` in an ``Args:`` or ``Attributes:`` section.
 
 The code's Google-style docstrings describe parameters that go together on one line
 (``alpha, confidence: the statistical methods' levels``). Griffe reads one name per entry and
@@ -12,7 +12,7 @@ import re
 
 import griffe
 
-_SECTION = re.compile(r"^(\s*)(Args|Arguments|Parameters|Keyword Args|Other Parameters):\s*$")
+_SECTION = re.compile(r"^(\s*)(Args|Arguments|Parameters|Keyword Args|Other Parameters|Attributes):\s*$")
 _COMBINED = re.compile(r"^(\s+)(\**\w+(?:,\s*\**\w+)+):(.*)$")
 
 

@@ -169,9 +169,36 @@ def test_griffe_reads_combined_parameter_lines():
     text = "Judge.\n\nArgs:\n    a, b: the two\n        arms.\n    c: one.\n\nReturns:\n    x, y: no change.\n"
     assert split_combined(text) == ("Judge.\n\nArgs:\n    a: the two\n        arms.\n    b: the two\n        arms.\n"
                                     "    c: one.\n\nReturns:\n    x, y: no change.")
+    # a record's attributes too (ArmSummary's table named "attempted_runs," with "(valid_runs, failed_runs)" as a type)
+    assert split_combined("A record.\n\nAttributes:\n    low, high: its bounds.\n") == \
+        "A record.\n\nAttributes:\n    low: its bounds.\n    high: its bounds."
 
 
 # --- blocks checked rather than run -----------------------------------------------------------------
+
+def test_the_coming_from_page_s_commands_are_ones_the_cli_takes():
+    """Each ``mlflow-perfgate ...`` of the page names a command and only options that command has; each
+    pytest marker keyword is a declaration key the plugin reads."""
+    import click
+
+    from mlflow_perfgate.cli import cli
+
+    text = (REPO / "docs" / "how-to" / "coming-from.md").read_text(encoding="utf-8")
+    commands = [code for code in re.findall(r"`([^`]+)`", text) if code.startswith("mlflow-perfgate ")]
+    assert len(commands) >= 8
+    for command in commands:
+        words = shlex.split(command)[1:]
+        group = cli
+        while isinstance(group, click.Group):
+            group = group.commands[words.pop(0)]
+        known = {name for param in group.params for name in getattr(param, "opts", [])}
+        given = {word.split("=")[0] for word in words if word.startswith("--")}
+        assert given <= known, (command, given - known)
+    marker = re.search(r"@pytest\.mark\.perfgate\(([^)]*)\)", text).group(1)
+    from mlflow_perfgate.suite import ENTRY_KEYS
+
+    assert {part.split("=")[0].strip() for part in marker.split(",")} <= set(ENTRY_KEYS) | {"baseline", "candidate"}
+
 
 def test_the_two_commands_are_the_project_s():
     main_job, tests = blocks(doc_section("README.md", "Two commands"), "bash")

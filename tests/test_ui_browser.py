@@ -374,3 +374,33 @@ def test_decision_and_its_nested_attempts_render_in_the_mlflow_ui(decision_serve
     assert "declared_thresholds_checked" in rendered["note"]
     page = browser.evaluate("document.body.innerText")
     assert f"decision {GROUP}" in page  # the run page's title is the decision run's name
+
+
+def test_no_code_block_of_the_docs_hides_its_text_at_a_laptops_width(tmp_path, browser):
+    """A long command wraps rather than running on behind the copy button, or out of sight (the
+    tutorial's install line hid its ``--env-manager local``): on the built site, at 1,280 px, no
+    code block of the pages a newcomer reads first scrolls sideways."""
+    import sys
+
+    site = tmp_path / "site"
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--site-dir", str(site)], capture_output=True,
+                           text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert built.returncode == 0, built.stderr[-3000:]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory",
+                               str(site)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = server.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N ..."
+        port = int(line.split(" port ")[1].split()[0])
+        for page in ("tutorial/", "how-to/ci/", "how-to/workload/", "how-to/suites/"):
+            browser.goto(f"http://127.0.0.1:{port}/{page}")
+            blocks = browser.wait_for(
+                """(() => {
+                    const codes = [...document.querySelectorAll('.md-typeset pre > code')];
+                    if (!codes.length) return null;
+                    return codes.map(c => ({text: c.innerText.slice(0, 80), hidden: c.scrollWidth - c.clientWidth}));
+                })()""", f"the code blocks of /{page}")
+            hidden = [block for block in blocks if block["hidden"] > 1]
+            assert not hidden, (page, hidden)
+    finally:
+        server.kill()
+        server.wait()
