@@ -681,8 +681,8 @@ def decisions(experiment, group, suite_name, kind, output_format):
     if output_format == "json":
         click.echo(frame.to_json(orient="records", date_format="iso", indent=2, double_precision=15))  # lists as arrays
     elif output_format == "csv":
-        lists = {name: frame[name].map(json.dumps) for name in frame.columns
-                 if frame[name].map(lambda value: isinstance(value, list)).any()}
+        lists = {name: frame[name].map(json.dumps) for name in frame.columns  # an empty frame: its header alone
+                 if not frame.empty and frame[name].map(lambda value: isinstance(value, list)).any()}
         click.echo(frame.assign(**lists).to_csv(index=False), nl=False)  # a list as its JSON array's text
     elif frame.empty:
         click.echo("no suite decisions" if kind == "suite" else "no decisions")

@@ -291,3 +291,28 @@ def test_links_are_built_from_the_tracking_servers_own_address_and_none_for_a_lo
                      "#/experiments/0/runs/abc")
     assert "127.0.0.1" not in local and "http" not in local  # its port is the user's: no address of ours
     assert view_link("http://h:1", "2", "k") == "http://h:1/#/experiments/2/runs?viewStateShareKey=k"
+
+
+def test_a_seed_reject_of_a_slowdown_says_slower_and_empty_frames_print_as_csv(sqlite_uri, capsys):
+    from mlflow_perfgate.cli import cli
+    from mlflow_perfgate.rules import judge
+    from mlflow_perfgate.tracking._report import decision_summary
+
+    slow = judge([{"ok": True, "latency_ms": v, "quality": 1.0} for v in (100, 101, 99, 100, 102)],
+                 [{"ok": True, "latency_ms": v, "quality": 1.0} for v in (141, 142, 140, 141, 143)],
+                 Policy(method="seed", maximum_p95_ratio=2.0))
+    result = {**slow.to_dict(), "failed_checks": slow.failed_checks, "group": "g"}
+    assert slow.failed_checks == ["improvement_ok"]
+    lines = decision_summary(result)
+    assert lines[0] == "decision: REJECT: the candidate is slower (its median above the baseline's), not at least 5% faster"
+    assert not any(line.startswith("next:") for line in lines)  # no "no slower?" for a change shown slower
+    for argv in (["decisions", "--group", "none", "--format", "csv"], ["decisions", "--kind", "suite", "--format", "csv"]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv, prog_name="mlflow-perfgate")
+        assert exit_.value.code in (0, None)
+        header = capsys.readouterr().out.splitlines()
+        assert len(header) == 1 and header[0].split(",")[:2] in (["group", "decision"], ["suite", "decision"])
+    with pytest.raises(InputError, match="lies above its high end"):
+        Deciding(ratio=1.0, ratio_ci_low=1.2, ratio_ci_high=1.1)
+    with pytest.raises(InputError, match="strictly between 0 and 1"):
+        Deciding(confidence=1.0)

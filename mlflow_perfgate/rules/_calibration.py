@@ -53,9 +53,8 @@ import numpy as np
 
 from ._errors import InputError, check_finite, check_unit_interval
 from ._policy import Policy
-from ._records import STEP_P10_FRACTION
 from ._settings import LATENCY_KEYS
-from ._stats import _MAX_RECOMMENDED, _MWU_EFFICIENCY, _norm, log_ratios, robust_sigma, step_quantile
+from ._stats import _MAX_RECOMMENDED, _MWU_EFFICIENCY, _norm, log_ratios, robust_sigma, step_figures
 
 __all__ = [
     "CALIBRATION_LATENCIES",
@@ -89,16 +88,15 @@ def arm_figures(latency_ms: float | None, step_times_ms: Sequence[float],
     """An arm's figures in one round, by record key, as an attempt run gets them from its steps.
 
     ``latency_ms`` the median step (the attempt's), ``step_p10_ms`` the Harrell-Davis 10th
-    percentile of the steps (``_stats.step_quantile``), ``fastest_step_ms`` the fastest step,
+    percentile of the steps and ``fastest_step_ms`` the fastest step (``_stats.step_figures``),
     ``uncontended_latency_ms`` the quiet steps' median where the attempt has one (else ``None``).
 
     Raises:
         InputError: no step times, or a step time or figure that is not a finite number > 0.
     """
-    steps = [float(value) for value in step_times_ms]
-    p10 = step_quantile(steps, STEP_P10_FRACTION)  # refuses an empty or bad list
-    figures = {LATENCY_KEYS["raw"]: latency_ms, LATENCY_KEYS["p10"]: p10, LATENCY_KEYS["fastest"]: min(steps),
-               LATENCY_KEYS["uncontended"]: uncontended_latency_ms}
+    steps = step_figures(step_times_ms)  # refuses an empty or bad list
+    figures = {LATENCY_KEYS["raw"]: latency_ms, LATENCY_KEYS["p10"]: steps[LATENCY_KEYS["p10"]],
+               LATENCY_KEYS["fastest"]: steps[LATENCY_KEYS["fastest"]], LATENCY_KEYS["uncontended"]: uncontended_latency_ms}
     for key, value in figures.items():
         if value is not None and (isinstance(value, bool) or not check_finite(value, key) or value <= 0):
             raise InputError(f"{key} must be a finite number > 0, got {value!r}")

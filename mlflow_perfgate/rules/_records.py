@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ._errors import InputError, MissingField, RuleTypeError, check_finite
 from ._settings import LATENCY_KEYS, STEP_FIGURES
 from ._scalars import plain_flag, plain_mapping, plain_record, to_python
-from ._stats import nearest_rank
+from ._stats import STEP_P10, nearest_rank
 
 __all__ = [
     "ArmSummary",
@@ -42,8 +42,8 @@ VERDICTS = ("accept", "reject", "rerun", "blocked_by_correctness")
 FASTEST_KEY = LATENCY_KEYS["fastest"]
 #: The record key of the 10th percentile of an attempt's measured steps (``latency="p10"``).
 STEP_P10_KEY = LATENCY_KEYS["p10"]
-#: The quantile of the measured steps :data:`STEP_P10_KEY` estimates.
-STEP_P10_FRACTION = 0.1
+#: The quantile of the measured steps :data:`STEP_P10_KEY` estimates (``_stats.step_figures``'s).
+STEP_P10_FRACTION = STEP_P10
 #: Latency keys every successful record must carry when judged (figures of the steps: no
 #: fallback), with the policy's name of each.
 STEP_FIGURE_KEYS = {LATENCY_KEYS[option]: option for option in ("fastest", "p10")}
@@ -86,7 +86,7 @@ def pct(value) -> str:
 def change_text(ratio) -> str:
     """A latency ratio candidate / baseline in words: ``an improvement of 8.0%`` (at most 1), ``a slowdown
     of 36.0%`` (below 2), ``4.65x slower`` (2 or more: never a negative improvement beyond 100%)."""
-    if ratio is None:
+    if ratio is None or not math.isfinite(ratio):
         return "a change of n/a"
     if ratio <= 1:
         return f"an improvement of {pct(1 - ratio)}"
@@ -473,6 +473,12 @@ class Deciding:
         object.__setattr__(self, "boundary", None if boundary is None else float(boundary))
         for name in ("confidence", "p_value", "boundary_p_value"):
             object.__setattr__(self, name, _p_or_none(getattr(self, name), name))
+        if self.confidence is not None and not 0 < self.confidence < 1:
+            raise InputError(f"confidence must lie strictly between 0 and 1, got {self.confidence!r}")
+        for low, high, what in ((self.ratio_ci_low, self.ratio_ci_high, "ratio"),
+                                (self.typical_ci_low, self.typical_ci_high, "typical step's")):
+            if low is not None and high is not None and low > high * (1 + 1e-12):
+                raise InputError(f"the {what} interval's low end {low!r} lies above its high end {high!r}")
         if self.test is not None and not isinstance(self.test, str):
             raise RuleTypeError(f"test must be a string or None, got {type(self.test).__name__}")
         if not isinstance(self.tests, Mapping):

@@ -39,6 +39,7 @@ __all__ = [
     "signed_rank_null_cdf",
     "signed_rank_test",
     "small_sample_test",
+    "step_figures",
     "step_quantile",
     "u_null_cdf",
     "walsh_averages",
@@ -395,6 +396,28 @@ def step_quantile(step_times, fraction: float) -> float:
     estimate = float(np.asarray(hdquantiles(np.asarray(values), prob=[fraction]))[0])
     # A weighted mean of the order statistics lies within them; rounding may step just outside.
     return min(max(estimate, min(values)), max(values))
+
+
+#: The quantile of the measured steps ``step_p10_ms`` estimates (``latency="p10"``).
+STEP_P10 = 0.1
+
+
+def step_figures(step_times) -> dict[str, float]:
+    """Every figure of one attempt's measured steps, computed here and nowhere else, by record key.
+
+    ``fastest_step_ms`` (the fastest step: ``latency="fastest"``), ``step_p10_ms`` (the
+    Harrell-Davis 10th percentile, :func:`step_quantile`: ``latency="p10"``), ``step_mean_ms``
+    (measured time over steps: what throughput is) and ``step_p95_ms`` (the nearest-rank P95: the
+    step tail). The typical step (``latency_ms``, the median) is the attempt's own; the tracking
+    layer checks what it is given against these and stores them.
+
+    Raises:
+        InputError: no steps, or a step time that is not finite and > 0.
+    """
+    values = [float(value) for value in step_times]
+    p10 = step_quantile(values, STEP_P10)  # refuses an empty or bad list
+    return {"fastest_step_ms": min(values), "step_p10_ms": p10, "step_mean_ms": math.fsum(values) / len(values),
+            "step_p95_ms": float(nearest_rank(sorted(values), 0.95))}
 
 
 def nearest_rank(ordered, fraction: float):

@@ -149,8 +149,8 @@ def check_decision_filters(group: str | None, suite: str | None, kind: str = "de
     if group is not None and (not isinstance(group, str) or not group):
         raise InputError(f"group must be a non-empty string, got {group!r}")
     if group is not None and kind == "suite":
-        raise InputError("group selects a comparison's decisions; a suite run has none: give suite (its name), or "
-                         "kind='decision'")
+        raise InputError("a group selects a comparison's decisions, and a suite run has none: select a suite by "
+                         "its name (--suite NAME, suite=NAME), or a group's decisions (--kind decision)")
 
 
 def _suite_row(run: RunRecord) -> dict:

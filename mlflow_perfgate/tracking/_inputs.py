@@ -20,9 +20,8 @@ from typing import Any
 
 from .. import rules
 from ..rules._errors import InputError
-from ..rules._records import STEP_P10_FRACTION
 from ..rules._scalars import to_python
-from ..rules._stats import nearest_rank, step_quantile
+from ..rules._stats import step_figures
 from ._environment import ENV_TAG_PREFIX, commit_time as git_commit_time, fingerprint
 from ._schema import (
     ARM_COLORS,
@@ -246,18 +245,13 @@ def _check_result(*, ok: Any, latency_ms: Any, quality: Any, failure: Any, valid
         if given is not None and given != fastest:
             raise InputError(f"metric {METRIC.FASTEST_STEP!r} is the fastest of step_times_ms ({fastest!r}), "
                              f"got {given!r}; leave it out, it is written from the step times")
-        result.metrics[METRIC.FASTEST_STEP] = fastest
-        p10 = step_quantile(result.step_times_ms, STEP_P10_FRACTION)
-        given = result.metrics.get(METRIC.STEP_P10)
-        if given is not None and not math.isclose(given, p10, rel_tol=1e-9):
-            raise InputError(f"metric {METRIC.STEP_P10!r} is the 10th percentile of step_times_ms (Harrell-Davis, "
-                             f"{p10!r}), got {given!r}; leave it out, it is written from the step times")
-        result.metrics[METRIC.STEP_P10] = p10
-        # the mean step (throughput) and the step tail, judged beside the typical step
-        for key, value, words in ((METRIC.STEP_MEAN, math.fsum(result.step_times_ms) / len(result.step_times_ms),
-                                   "the mean of step_times_ms"),
-                                  (METRIC.STEP_P95, nearest_rank(sorted(result.step_times_ms), 0.95),
-                                   "the nearest-rank P95 of step_times_ms")):
+        figures = step_figures(result.step_times_ms)  # the one place a step figure is computed (rules)
+        result.metrics[METRIC.FASTEST_STEP] = figures[METRIC.FASTEST_STEP]
+        # the 10th percentile, the mean step (throughput) and the step tail, judged beside the typical step
+        for key, words in ((METRIC.STEP_P10, "the 10th percentile of step_times_ms (Harrell-Davis)"),
+                           (METRIC.STEP_MEAN, "the mean of step_times_ms"),
+                           (METRIC.STEP_P95, "the nearest-rank P95 of step_times_ms")):
+            value = figures[key]
             given = result.metrics.get(key)
             if given is not None and not math.isclose(given, value, rel_tol=1e-9):
                 raise InputError(f"metric {key!r} is {words} ({value!r}), got {given!r}; leave it out, it is "

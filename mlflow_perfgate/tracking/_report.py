@@ -103,13 +103,21 @@ def _asked_improvement(result: dict) -> float | None:
     return None
 
 
+def _shown_slower(deciding: dict) -> bool:
+    """Whether the deciding figures show the candidate slower: the interval above 1, or, for a method
+    without an interval (the seed's ratio of medians), the estimate above 1."""
+    if _number(deciding.get("confidence")):
+        low = deciding.get("ratio_ci_low")
+        return _number(low) and low > 1
+    ratio = deciding.get("ratio")
+    return _number(ratio) and ratio > 1
+
+
 def _not_shown_faster(result: dict) -> bool:
-    """An improvement-mode reject on its main check alone, without the interval showing the candidate slower."""
-    deciding = result.get("deciding") or {}
-    low = deciding.get("ratio_ci_low")
+    """An improvement-mode reject on its main check alone, without the candidate shown slower."""
     return (result.get("decision") == "reject" and result.get("mode", "improvement") == "improvement"
             and list(result.get("failed_checks") or []) == ["improvement_ok"]
-            and not (_number(low) and low > 1))
+            and not _shown_slower(result.get("deciding") or {}))
 
 
 def _reject_headline(result: dict) -> str | None:
@@ -125,7 +133,9 @@ def _reject_headline(result: dict) -> str | None:
     if failed == ["improvement_ok"] and result.get("mode", "improvement") == "improvement":
         if _not_shown_faster(result):
             return f"REJECT: the candidate is not shown to be {faster} (nor shown slower)"
-        return f"REJECT: the candidate is slower (its interval lies above 1), not {faster}"
+        if _number((result.get("deciding") or {}).get("confidence")):
+            return f"REJECT: the candidate is slower (its interval lies above 1), not {faster}"
+        return f"REJECT: the candidate is slower (its median above the baseline's), not {faster}"
     return f"REJECT: the candidate fails {len(failed)} declared check{'s' if len(failed) > 1 else ''}: " + \
         ", ".join(failed)
 
