@@ -1309,8 +1309,8 @@ class _Comparison:
                 tag_run(self.comparison_id, {TAG.LOOK: position, TAG.MAX_LOOKS: horizon,
                                              TAG.LOOK_PREVIOUS: repr(self.spent),
                                              TAG.LOOK_SPENT: repr(position / horizon)})
-                interim = evaluate_group(self.group, experiment_name=plan.experiment_name, objective=plan.objective,
-                                         dry_run=True, **look_at, **plan.evaluate_kwargs)
+                interim = evaluate_group(self.group, experiment_name=plan.experiment_name, dry_run=True,
+                                         **look_at, **self.judged_by)
                 self.spent = position / horizon
                 if interim["decision"] != "rerun" or done >= plan.max_attempts:
                     break
@@ -1337,9 +1337,13 @@ class _Comparison:
         if self.deferred:  # the server may be back: send what waits in the journal before deciding
             with contextlib.suppress(StoreUnavailable):
                 sync()
-        plan = self.plan
-        return evaluate_group(self.group, experiment_name=plan.experiment_name, objective=plan.objective,
-                              **{**plan.evaluate_kwargs, **look_at})
+        return evaluate_group(self.group, experiment_name=self.plan.experiment_name, **look_at, **self.judged_by)
+
+    @property
+    def judged_by(self) -> dict:
+        """How the decision judges: the plan's Policy itself (validated once, when the plan was made;
+        nothing read back from the comparison run's tags), and what to do about a fingerprint mismatch."""
+        return {"policy": self.plan.policy, "env_mismatch": self.plan.evaluate_kwargs.get("env_mismatch", "fail")}
 
     def stop(self, exc: BaseException, *, by: str = "compare") -> None:
         """The round measured before the stop written, the attempts in flight or started ahead withdrawn
