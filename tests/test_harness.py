@@ -427,3 +427,17 @@ def test_the_cli_s_fixed_rounds_turns_the_non_regression_default_off(sqlite_uri,
     assert exited.value.code == 3
     result = json.loads(capsys.readouterr().out)
     assert [a["arm"] for a in result["attempts"]].count("baseline") == 3
+
+
+def test_evaluate_without_a_mode_asks_the_comparison_s_question(sqlite_uri):
+    """A group compared with --mode non_regression, judged again without a mode, is asked whether it is
+    no slower (with its margin), not whether it is faster: a later evaluate never changes the question
+    silently. A mode given is kept."""
+    compare("tinylm", TINY, {"checkpoint": True}, attempts=3, supervised=False, progress=False, min_valid_runs=2,
+            env_mismatch="warn", method="robust", mode="non_regression", margin=0.3, group="asked",
+            until_decisive=False, allow_undecidable=True)
+    again = pg.evaluate_group("asked", min_valid_runs=2, env_mismatch="warn")
+    assert (again["mode"], again["margin"], again["method_asked"]) == ("non_regression", 0.3, "robust")
+    assert "no_regression_ok" in again["messages"]
+    asked = pg.evaluate_group("asked", min_valid_runs=2, env_mismatch="warn", mode="improvement")
+    assert asked["mode"] == "improvement" and "improvement_ok" in asked["messages"]

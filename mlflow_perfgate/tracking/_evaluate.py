@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .. import rules
@@ -68,17 +69,29 @@ def _common_parent(views: list[AttemptView], mlflow_client, group: str, notes: l
 
 
 def _as_configured(policy: rules.Policy, parent, configured: dict[str, bool], notes: list[str]) -> rules.Policy:
-    """The method and latency the group's comparison was configured with, for those the caller left out.
+    """The method, latency and mode (with its margin) the group's comparison was configured with, for those
+    the caller left out.
 
-    A comparison run records how ``compare`` judges it (``perfgate.configured_method`` and
-    ``perfgate.configured_latency``, its defaults included): judged again without saying, its
-    group is judged the same way, not by another rule's default.
+    A comparison run records how ``compare`` judges it (``perfgate.configured_method``,
+    ``perfgate.configured_latency``, and its planned policy ``perfgate.policy``, defaults
+    included): judged again without saying, its group is judged the same way and asked the same
+    question, not another rule's default.
     """
     if parent is None:
         return policy
     tags = parent.data.tags
     changes = {name: tags[key] for name, key in (("method", TAG.CONFIGURED_METHOD), ("latency", TAG.CONFIGURED_LATENCY))
                if configured.get(name) and tags.get(key) and tags[key] != getattr(policy, name)}
+    if configured.get("mode") and tags.get(TAG.POLICY):  # the question it was asked (and its margin), not another
+        try:
+            planned = json.loads(tags[TAG.POLICY])
+        except ValueError:
+            planned = {}
+        if isinstance(planned, dict) and planned.get("mode") in ("improvement", "non_regression") and \
+                planned["mode"] != policy.mode:
+            changes["mode"] = planned["mode"]
+            if configured.get("margin") and isinstance(planned.get("margin"), (int, float)):
+                changes["margin"] = planned["margin"]
     if not changes:
         return policy
     try:
@@ -120,7 +133,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
             judges it (``perfgate.configured_method``, ``perfgate.configured_latency``) is judged
             so: re-evaluating a comparison gives its own rule's answer.
         mode: ``improvement`` (the default: the candidate must be faster) or ``non_regression`` (it may not
-            be slower than ``margin``, for CI).
+            be slower than ``margin``, for CI). Left out, a group whose comparison run planned another
+            mode (``perfgate.policy``) is asked that question, with that margin unless one is given.
         margin: the slowdown tolerated in ``non_regression`` (default 0.05).
         env_mismatch: ``fail`` (default: refuse arms whose environment fingerprints differ
             beyond the changed variable), ``warn`` or ``ignore``.
@@ -167,7 +181,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
                               margin=margin,
                               alpha=alpha, confidence=confidence, latency=latency, **thresholds)
         objective_given = objective is not None
-        configured = {name: value is None for name, value in (("method", method), ("latency", latency))}
+        configured = {name: value is None for name, value in (("method", method), ("latency", latency),
+                                                              ("mode", mode), ("margin", margin))}
     else:
         given = {name: value for name, value in (("objective", objective), ("method", method), ("mode", mode),
                                                  ("margin", margin), ("alpha", alpha), ("confidence", confidence),
