@@ -346,6 +346,10 @@ def test_a_paired_entry_without_rounds_says_in_the_suite_report_why_it_was_judge
     # declared threshold was checked")
     assert "`declared_thresholds_checked`: FAILED: p95_ok, no_regression_ok" in rows["paired"]
     assert "every declared threshold was checked" not in rows["paired"]  # it read as a pass
+    # the entry's own test's p-value beside the p-value of the ratio beyond the boundary (the suite's)
+    cells = [cell.strip() for cell in rows["paired"].strip("|").split("|")]
+    own = paired.deciding.p_value
+    assert cells[6] == (f"{own:.2g}" if own < 0.01 else f"{own:.3f}") and cells[7] == "1.050"
 
 
 def test_reason_text_counts_no_note_among_an_accept_s_checks():

@@ -323,9 +323,9 @@ def suite_markdown(summary: dict) -> str:
         lines.append(f"- suite run: {summary['suite_run_url']}")
     for note in summary.get("notes", []):
         lines.append(f"- note: {note}")
-    lines += ["", "| entry | group | judged by | own | in suite | ratio [interval] | boundary | p | Holm | BH | level "
-                  "| reason |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| entry | group | judged by | own | in suite | ratio [interval] | own test p | boundary | p beyond it "
+                  "| Holm | BH | level | reason |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for entry in summary["entries"]:
         main = next((check for check in entry["p_values"] if check != "p95_ok"), None)
         objective = entry["objective"]
@@ -340,7 +340,7 @@ def suite_markdown(summary: dict) -> str:
         deciding = entry.get("deciding") or {}  # the deciding method's figures, whatever the method
         boundary = deciding.get("boundary")
         row = [entry["name"], f"`{entry['group']}`", how, entry["own_verdict"], f"**{entry['verdict']}**",
-               _interval(deciding), "" if boundary is None else f"{boundary:.3f}"]
+               _interval(deciding), _p(deciding.get("p_value")), "" if boundary is None else f"{boundary:.3f}"]
         if main is None:
             row += ["", "", "", "", ]
         else:
@@ -366,9 +366,13 @@ def suite_markdown(summary: dict) -> str:
             if entry.get("view_url"):
                 line += f"; its attempts compared: {entry['view_url']}"
             lines.append(line)
-    lines += ["", "p: the one-sided test of the main check against its boundary (it rejects exactly where the "
-              "entry's interval lies beyond the boundary); Holm, BH: its adjusted p-values, at the entry's look; "
-              "level: the Holm share (or BH rank level) spent at the entry's look, which p must not exceed."]
+    lines += ["", "own test p: the entry's own test as its decision reports it (the paired method's signed-rank "
+              "test, the robust method's Mann-Whitney test: small when the change is significant in the direction "
+              "its mode asks); p beyond it: the one-sided test of the ratio lying beyond the main check's boundary, "
+              "on the failing side (it rejects exactly where the entry's interval lies beyond the boundary, so an "
+              "accepted entry's is near 1), the test the suite's error control adjusts; Holm, BH: its adjusted "
+              "p-values, at the entry's look; level: the Holm share (or BH rank level) spent at the entry's look, "
+              "which p beyond it must not exceed."]
     return "\n".join(lines) + "\n"
 
 
