@@ -44,6 +44,7 @@ __all__ = [
     "check_quality_gate_can_fail",
     "compare_command",
     "require_fixed_conditions",
+    "with_declared_conditions",
 ]
 
 #: What a TinyLM comparison fixes when the user does not say (the specification's baseline; the measured
@@ -312,13 +313,55 @@ def _shape(value: Any) -> list[int] | None:
     return parsed if isinstance(parsed, list) and all(isinstance(v, int) for v in parsed) else None
 
 
+def with_declared_conditions(workload: str, base: dict, change: Any = None) -> dict:
+    """``base`` with the conditions its factory declares (``factory.perfgate_conditions``,
+    ``workloads._declared``: the fixed ones, and the baseline value of a knob such as ``hidden``)
+    where no ``--set`` gives them.
+
+    Read only where a fixed condition or the changed variable's baseline value is missing and the arms run here (a ``revision`` or
+    ``python`` condition places each arm's code elsewhere: there they are given with ``--set``).
+    A given condition that disagrees with the declared one is refused, naming both values; the
+    changed variable keeps its two values (the declaration is the baseline's, as a ``--set`` is).
+
+    Raises:
+        InputError: the declaration cannot be read, or a ``--set`` disagrees with it.
+    """
+    from .rules._experiment import FIXED_CONDITIONS
+    from .sites import SITE_CONDITIONS
+    from .tracking._schema import canonical_value
+    from .workloads._declared import ATTRIBUTE, declared_conditions
+
+    changed = list(change) if isinstance(change, dict) else []
+    if workload == "tinylm" or (all(base.get(key) is not None for key in FIXED_CONDITIONS)
+                                and all(key in base for key in changed)):
+        return base
+    if any(arm.get(name) not in (None, "") for arm in (base, change if isinstance(change, dict) else {})
+           for name in SITE_CONDITIONS):
+        return base
+    try:
+        declared = declared_conditions(workload)
+    except ValueError as exc:
+        raise InputError(f"{exc}; nothing was run or logged") from None
+    merged = dict(base)
+    for key, value in declared.items():
+        given = base.get(key)
+        if given is None:
+            merged[key] = value
+        elif canonical_value(given) != canonical_value(value):
+            raise InputError(f"--set {key}={given} disagrees with what workload {workload!r} declares ({ATTRIBUTE}: "
+                             f"{key}={value}): give the factory's value, or change its declaration; nothing was run "
+                             "or logged")
+    return merged
+
+
 def require_fixed_conditions(base: dict) -> None:
     """The specification's fixed conditions, checked before anything is built, profiled or run.
 
     ``design_single_variable_experiment`` requires every baseline to declare ``model``,
     ``input_shape``, ``batch_size``, ``dtype``, ``device``, ``repeats`` and
     ``measurement_method``; TinyLM fills them in (``DEFAULT_CONDITIONS``), a factory of your own
-    gets them from ``--set`` (``repeats`` always comes from ``--attempts``).
+    declares them (:func:`with_declared_conditions`) or gets them from ``--set`` (``repeats``
+    always comes from ``--attempts``).
 
     Raises:
         InputError: some are missing (or ``None``); the message names them and how to give them.
@@ -330,7 +373,8 @@ def require_fixed_conditions(base: dict) -> None:
         flags = " ".join(f"--set {key}=..." for key in missing)
         raise InputError(
             f"the baseline is missing the fixed conditions {missing}; give them ({flags}), or in Python in the "
-            f"conditions dict. Every comparison fixes {sorted(FIXED_CONDITIONS)} (repeats comes from --attempts), "
+            "conditions dict, or declare them beside the factory (make.perfgate_conditions = {...}). Every "
+            f"comparison fixes {sorted(FIXED_CONDITIONS)} (repeats comes from --attempts), "
             "so that both arms measure the same workload the same way")
 
 
@@ -865,6 +909,7 @@ def _plan_comparison(workload: str, conditions: dict, change: dict, *, attempts:
     policy = rules.Policy(objective=objective, **policy_options)  # every option checked before anything runs
     if one:  # why steps cannot share a process, before the fixed keys
         _check_interleave(interleave, str(next(iter(change))), base, objective, supervised, runner)
+    base = with_declared_conditions(workload, base, change)
     require_fixed_conditions(base)
     variable, value = _validated_change(base, change, hypothesis)
     _check_counts(base, variable, value)

@@ -441,3 +441,31 @@ def test_evaluate_without_a_mode_asks_the_comparison_s_question(sqlite_uri):
     assert "no_regression_ok" in again["messages"]
     asked = pg.evaluate_group("asked", min_valid_runs=2, env_mismatch="warn", mode="improvement")
     assert asked["mode"] == "improvement" and "improvement_ok" in asked["messages"]
+
+
+def test_a_factory_s_declared_conditions_are_recorded_and_a_set_that_disagrees_is_refused(sqlite_uri, tmp_path,
+                                                                                       monkeypatch):
+    """One flag for your own workload: the factory declares its fixed conditions beside its code
+    (``make.perfgate_conditions``), so ``compare --workload mine:make --change checkpoint=true`` runs."""
+    (tmp_path / "declares.py").write_text(
+        "from mlflow_perfgate.workloads.tinylm import make_workload\n\n\n"
+        "def make(conditions):\n    return make_workload(conditions)\n\n\n"
+        "make.perfgate_conditions = {'model': 'TinyLM', 'input_shape': '2,16', 'batch_size': 2, 'dtype': 'fp32',\n"
+        "                            'device': 'cpu', 'measurement_method': 'wall_ms', 'checkpoint': 'false'}\n\n\n"
+        "def bad(conditions):\n    return make_workload(conditions)\n\n\n"
+        "bad.perfgate_conditions = ['model']\n")
+    monkeypatch.chdir(tmp_path)  # where a user's module is: the current directory
+    monkeypatch.syspath_prepend(str(tmp_path))  # in-process attempts import it here
+    result = compare("declares:make", {"warmup": 1, "steps": 3}, {"checkpoint": True}, attempts=2, supervised=False,
+                     progress=False, min_valid_runs=2, env_mismatch="warn", **SPEC)
+    params = MlflowClient().get_run(result["comparison_run_id"]).data.params
+    assert (params["model"], params["input_shape"], params["batch_size"], params["measurement_method"]) == \
+        ("TinyLM", "[2, 16]", "2", "wall_ms")
+    with pytest.raises(pg.errors.InputError,
+                       match=r"--set batch_size=4 disagrees with what workload 'declares:make' declares "
+                             r"\(perfgate_conditions: batch_size=2\)"):
+        compare("declares:make", {"warmup": 1, "steps": 3, "batch_size": "4"}, {"checkpoint": True}, attempts=2,
+                supervised=False, progress=False, min_valid_runs=2, env_mismatch="warn", **SPEC)
+    with pytest.raises(pg.errors.InputError, match="perfgate_conditions must be a dict of condition names to values, got list"):
+        compare("declares:bad", {"warmup": 1, "steps": 3}, {"checkpoint": True}, attempts=2, supervised=False,
+                progress=False, min_valid_runs=2, env_mismatch="warn", **SPEC)

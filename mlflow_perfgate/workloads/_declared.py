@@ -1,0 +1,108 @@
+"""The fixed conditions a factory declares beside its code, read in a child process.
+
+A factory of your own may say which conditions it fixes, so that a comparison of it needs no
+``--set`` for them::
+
+    def make(conditions):
+        ...
+
+    make.perfgate_conditions = {"model": "mlp", "input_shape": "64,512", "batch_size": 64,
+                                "dtype": "fp32", "device": "cpu", "measurement_method": "wall_ms"}
+
+``compare --workload mybench:make --change hidden=256`` then records these as the baseline's
+fixed conditions where no ``--set`` gives them, and refuses a ``--set`` that disagrees with
+one, naming both values (``harness``). The module is imported in a child process
+(``python -m mlflow_perfgate.workloads._declared NAME``, in the current directory, as an
+attempt's child imports it): its imports, torch's included, never run in the comparison's own
+process. No torch here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+
+from ._names import HF_PREFIX, workload_target
+
+__all__ = ["ATTRIBUTE", "declared_conditions"]
+
+#: The factory's attribute that declares its fixed conditions.
+ATTRIBUTE = "perfgate_conditions"
+#: How long reading a declaration may take (the module's imports, torch's, on a busy machine).
+_TIMEOUT_S = 120.0
+_PLAIN = (str, int, float, bool)
+#: The child's exit code where the module or its factory is not there (the comparison goes on; the
+#: workload's own check refuses it with its own message).
+_UNREADABLE = 4
+
+
+def declared_conditions(workload: str, timeout_s: float = _TIMEOUT_S) -> dict:
+    """The conditions ``workload``'s factory declares (``factory.perfgate_conditions``); ``{}`` where it
+    declares none, or is a built-in or Hugging Face name.
+
+    Raises:
+        ValueError: the module cannot be imported, or the declaration is not a mapping of condition
+            names to plain values (a string, a number, a boolean, a list of them); the message
+            names the workload and what to fix.
+    """
+    prefix, sep, _ = workload.strip().partition(":")
+    if not sep or prefix.lower() == HF_PREFIX:
+        return {}
+    workload_target(workload)  # a malformed name: its own message
+    # where this process finds modules, and the current directory (where an attempt's child looks)
+    found = [os.getcwd(), *(entry for entry in sys.path if entry and os.path.isdir(entry))]
+    path = os.pathsep.join(dict.fromkeys([*found, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, workload], capture_output=True, text=True,
+                              timeout=timeout_s, env={**os.environ, "PYTHONPATH": path})
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"workload {workload!r}: importing its module to read its declared conditions took over "
+                         f"{timeout_s:g} s") from None
+    if done.returncode == _UNREADABLE:  # no such module or factory: the workload's own check says so, later
+        return {}
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise ValueError(f"workload {workload!r}: its declared conditions ({ATTRIBUTE}) could not be read: {why}")
+    return json.loads(done.stdout)
+
+
+def _checked(workload: str, declared) -> dict:
+    if not isinstance(declared, Mapping):
+        raise ValueError(f"workload {workload!r}: {ATTRIBUTE} must be a dict of condition names to values, got "
+                         f"{type(declared).__name__}")
+    found = {}
+    for key, value in declared.items():
+        plain = isinstance(value, _PLAIN) or (isinstance(value, (list, tuple)) and
+                                              all(isinstance(item, _PLAIN) for item in value))
+        if not isinstance(key, str) or not key or not plain:
+            raise ValueError(f"workload {workload!r}: {ATTRIBUTE} must map condition names to strings, numbers, "
+                             f"booleans or lists of them; got {key!r}: {value!r}")
+        found[key] = list(value) if isinstance(value, tuple) else value
+    return found
+
+
+def main(argv: list[str]) -> int:
+    """Print the declaration as JSON; exit :data:`_UNREADABLE` where the module or factory is not there,
+    1 (with the reason) where the declaration is malformed or the module fails on import."""
+    workload = argv[0]
+    module_name, function_name = workload_target(workload)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and module_name.startswith(error.name):  # the module itself, not one it imports
+            return _UNREADABLE
+        raise
+    factory = getattr(module, function_name, None)
+    if not callable(factory):
+        return _UNREADABLE
+    declared = getattr(factory, ATTRIBUTE, None)
+    print(json.dumps({} if declared is None else _checked(workload, declared)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
