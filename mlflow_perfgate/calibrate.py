@@ -137,7 +137,7 @@ def calibrate(
     given = dict(conditions or {})
     _count(given, "steps", steps, 1)
     _count(given, "warmup", warmup, 0)
-    base = harness._base_conditions(workload, given, rounds)
+    base = harness.with_declared_conditions(workload, harness._base_conditions(workload, given, rounds))
     harness.require_fixed_conditions(base)
     harness._check_interleave(interleave, "", base, "latency", supervised, runner)
     for placed in ("revision", "python"):

@@ -1910,7 +1910,8 @@ def diagnose(
     started_ms = int(time.time() * 1000)
     if attempts is not None and (type(attempts) is not int or attempts < 1):
         raise InputError(f"attempts must be a positive integer, got {attempts!r}")
-    base = _base_conditions(workload, conditions, RECOMMENDED["attempts"] if attempts is None else attempts)
+    base = with_declared_conditions(
+        workload, _base_conditions(workload, conditions, RECOMMENDED["attempts"] if attempts is None else attempts))
     require_fixed_conditions(base)
     from .errors import WorkloadFailed
 
@@ -1999,7 +2000,10 @@ def pipeline(
         raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
     if attempts is not None and (type(attempts) is not int or attempts < 1):
         raise InputError(f"attempts must be a positive integer, got {attempts!r}")
-    require_fixed_conditions(_base_conditions(workload, conditions, attempts or 1))  # before a server starts
+    base = with_declared_conditions(workload, _base_conditions(workload, conditions, attempts or 1))
+    require_fixed_conditions(base)  # before a server starts
+    if workload != "tinylm":  # what the factory declares, read once for the diagnosis and the comparison
+        conditions = {key: value for key, value in base.items() if key != "repeats"}
     evidence_threads = RECOMMENDED["threads"] if threads is None else threads  # the comparison's default too
     # One runner for the diagnosis and the comparison: with fork, one warm server forks the
     # diagnosis's child and every attempt's, and it warms up while this process imports mlflow.
