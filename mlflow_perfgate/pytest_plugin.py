@@ -200,6 +200,48 @@ def perfgate(request: pytest.FixtureRequest) -> Outcome:
     return outcome
 
 
+@pytest.fixture
+def perfgate_compare(request: pytest.FixtureRequest):
+    """Compare two callables inline, in the test body: ``perfgate_compare(old_sum, new_sum)``.
+
+    The two module-level callables run step-interleaved in this process (each round alternates
+    their measured steps, so both see the same moments of the machine), in ``rounds`` ABBA rounds
+    of ``steps`` steps, each step calling its callable ``calls_per_step`` times; the comparison is
+    recorded in MLflow (the session's ``--perfgate-tracking-uri`` and ``--perfgate-experiment``, a
+    group ``<suite>/<session>/inline/<test id>/<n>``) and judged under ``mode`` and any decision
+    option ``compare`` takes (``margin=0.05``, ``method="robust"``, a threshold by name). It returns
+    ``compare``'s result: ``result["decision"]``, ``result["deciding"]["improvement"]``,
+    ``result["report"]``, ... so the test asserts what it means::
+
+        def test_the_new_sum_is_faster(perfgate_compare):
+            result = perfgate_compare(old_sum, new_sum)
+            assert result["decision"] == "accept", result["report"]
+
+    Without ``--perfgate`` the test is skipped, as a declared comparison is. Each call is its own
+    decision, outside the session suite's error control (a declared comparison,
+    ``@pytest.mark.perfgate(baseline=..., candidate=...)``, takes part in it).
+    """
+    gate = request.config.stash.get(_GATE, None)
+    if gate is None:
+        pytest.skip(_SKIP_REASON)
+    calls = []
+
+    def compare_inline(baseline, candidate, *, mode: str = "improvement", rounds: int = 10, steps: int = 30,
+                       warmup: int = 3, calls_per_step: int = 1, **options: Any) -> dict:
+        from .harness import compare
+        from .workloads.callables import WORKLOAD, callable_conditions
+
+        conditions, change = callable_conditions(baseline, candidate, {"steps": steps, "warmup": warmup,
+                                                                       "calls_per_step": calls_per_step})
+        calls.append(None)
+        group = f"{gate.suite_name}/{gate.session}/inline/{request.node.nodeid}/{len(calls)}"
+        return compare(WORKLOAD, conditions, change, attempts=rounds, group=group,
+                       experiment_name=request.config.getoption("perfgate_experiment"), supervised=False,
+                       progress=False, interleave="steps", mode=mode, **options)
+
+    return compare_inline
+
+
 # --- the session's suite ---------------------------------------------------------------------------
 
 

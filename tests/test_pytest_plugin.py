@@ -445,3 +445,47 @@ def test_tiny_and_huge_ratios_are_printed_in_scientific_notation_in_the_table():
     assert figure(1.5e-4, 1.2e-4, 1.9e-4) == "1.500e-04 [1.200e-04, 1.900e-04]"
     assert figure(0.931, 0.9, None) == "0.931 [0.900, inf]"
     assert figure(25000.0, 0.5, 3e4) == "2.500e+04 [0.500, 3.000e+04]"
+
+
+INLINE = """
+import time
+
+
+def slow_step():
+    time.sleep(0.004)
+
+
+def fast_step():
+    time.sleep(0.001)
+
+
+def test_fast_is_faster(perfgate_compare):
+    result = perfgate_compare(slow_step, fast_step, rounds=8, steps=6, warmup=1)
+    assert result["decision"] == "accept", result["report"]
+    assert result["deciding"]["improvement"] > 0.5
+
+
+def test_slow_is_not_faster(perfgate_compare):
+    result = perfgate_compare(fast_step, slow_step, rounds=8, steps=6, warmup=1, mode="non_regression")
+    assert result["decision"] == "reject"
+"""
+
+
+@pytest.mark.slow
+def test_the_inline_fixture_times_two_callables_in_the_test_body(pytester, tmp_path, _migrated_sqlite):
+    """pytest-benchmark users reach first for a fixture in the test body: ``perfgate_compare(old, new)`` runs
+    both step-interleaved in the test's process, records the comparison, and returns its decision."""
+    folder = pytester.mkdir("inline")
+    (folder / "test_inline.py").write_text(INLINE)
+    uri = fresh_sqlite(tmp_path, _migrated_sqlite)
+    result = pytester.runpytest_subprocess("--perfgate", "--perfgate-tracking-uri", uri, "--perfgate-experiment",
+                                           "inline", "-p", "no:cacheprovider", str(folder), timeout=300)
+    out = result.stdout.str()
+    assert result.parseoutcomes().get("passed") == 2, out[-4000:]
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("inline")
+    runs = client.search_runs([experiment.experiment_id], "tags.`perfgate.kind` = 'decision'")
+    assert sorted(run.data.tags["perfgate.decision"] for run in runs) == ["accept", "reject"]
+    assert all("/inline/" in run.data.tags["perfgate.group"] for run in runs)
+    skipped = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider", str(folder))  # without --perfgate
+    assert skipped.parseoutcomes().get("skipped") == 2
