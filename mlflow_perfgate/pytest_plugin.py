@@ -200,6 +200,11 @@ def perfgate(request: pytest.FixtureRequest) -> Outcome:
     return outcome
 
 
+#: What the inline fixture sets itself: an option of these is refused, never passed twice.
+_INLINE_FIXED = frozenset({"attempts", "group", "experiment_name", "supervised", "progress", "interleave", "runner",
+                           "workload", "conditions", "change"})
+
+
 @pytest.fixture
 def perfgate_compare(request: pytest.FixtureRequest):
     """Compare two callables inline, in the test body: ``perfgate_compare(old_sum, new_sum)``.
@@ -209,7 +214,9 @@ def perfgate_compare(request: pytest.FixtureRequest):
     of ``steps`` steps, each step calling its callable ``calls_per_step`` times; the comparison is
     recorded in MLflow (the session's ``--perfgate-tracking-uri`` and ``--perfgate-experiment``, a
     group ``<suite>/<session>/inline/<test id>/<n>``) and judged under ``mode`` and any decision
-    option ``compare`` takes (``margin=0.05``, ``method="robust"``, a threshold by name). It returns
+    option ``compare`` takes (``margin=0.05``, ``method="robust"``, a threshold by name; in
+    non_regression mode it goes on while undecided, up to twice ``rounds``, as ``compare`` does,
+    unless ``until_decisive=False``). It returns
     ``compare``'s result: ``result["decision"]``, ``result["deciding"]["improvement"]``,
     ``result["report"]``, ... so the test asserts what it means::
 
@@ -229,15 +236,29 @@ def perfgate_compare(request: pytest.FixtureRequest):
     def compare_inline(baseline, candidate, *, mode: str = "improvement", rounds: int = 10, steps: int = 30,
                        warmup: int = 3, calls_per_step: int = 1, **options: Any) -> dict:
         from .harness import compare
+        from .rules._errors import InputError
         from .workloads.callables import WORKLOAD, callable_conditions
+
+        fixed = sorted(set(options) & _INLINE_FIXED)
+        if fixed:
+            raise InputError(f"perfgate_compare sets {fixed} itself (in this process, steps interleaved, its own "
+                             "group); leave them out")
+        if type(rounds) is not int or rounds < 1:
+            raise InputError(f"rounds must be a positive integer, got {rounds!r}")
 
         conditions, change = callable_conditions(baseline, candidate, {"steps": steps, "warmup": warmup,
                                                                        "calls_per_step": calls_per_step})
         calls.append(None)
         group = f"{gate.suite_name}/{gate.session}/inline/{request.node.nodeid}/{len(calls)}"
-        return compare(WORKLOAD, conditions, change, attempts=rounds, group=group,
-                       experiment_name=request.config.getoption("perfgate_experiment"), supervised=False,
-                       progress=False, interleave="steps", mode=mode, **options)
+        try:
+            return compare(WORKLOAD, conditions, change, attempts=rounds, group=group,
+                           experiment_name=request.config.getoption("perfgate_experiment"), supervised=False,
+                           progress=False, interleave="steps", mode=mode, **options)
+        except InputError as exc:  # compare's advice names its command-line options: say them as given here
+            if "--attempts" not in str(exc) and "--allow-undecidable" not in str(exc):
+                raise
+            raise InputError(f"{exc} (here: --attempts N is rounds=N, --allow-undecidable is allow_undecidable=True)"
+                             ) from None
 
     return compare_inline
 

@@ -466,6 +466,20 @@ def test_a_factory_s_declared_conditions_are_recorded_and_a_set_that_disagrees_i
                              r"\(perfgate_conditions: batch_size=2\)"):
         compare("declares:make", {"warmup": 1, "steps": 3, "batch_size": "4"}, {"checkpoint": True}, attempts=2,
                 supervised=False, progress=False, min_valid_runs=2, env_mismatch="warn", **SPEC)
+    every = {"model": "Other", "input_shape": "2,16", "batch_size": "02", "dtype": "fp32", "device": "cpu",
+             "measurement_method": "wall_ms", "checkpoint": "false", "warmup": 1, "steps": 3}
+    with pytest.raises(pg.errors.InputError, match=r"--set model=Other disagrees .* \(perfgate_conditions: model=TinyLM\)"):
+        compare("declares:make", every, {"checkpoint": True}, attempts=2, supervised=False, progress=False,
+                min_valid_runs=2, env_mismatch="warn", **SPEC)  # read though every condition is given
+    from mlflow_perfgate.harness import with_declared_conditions
+
+    assert with_declared_conditions("declares:make", {**every, "model": "TinyLM"})["batch_size"] == "02"  # 02 is 2
+    (tmp_path / "noisy.py").write_text("print('hello from import')\n" + (tmp_path / "declares.py").read_text())
+    assert with_declared_conditions("noisy:make", {})["model"] == "TinyLM"  # what it prints is no answer
+    (tmp_path / "needs_dep.py").write_text("import needs_dep_not_installed  # noqa\n\n\ndef make(c):\n    pass\n")
+    with pytest.raises(pg.errors.InputError, match="No module named 'needs_dep_not_installed'"):
+        with_declared_conditions("needs_dep:make", {})
+    assert with_declared_conditions("not_here_at_all:make", {}) == {}  # no such module: the workload check says so
     with pytest.raises(pg.errors.InputError, match="perfgate_conditions must be a dict of condition names to values, got list"):
         compare("declares:bad", {"warmup": 1, "steps": 3}, {"checkpoint": True}, attempts=2, supervised=False,
                 progress=False, min_valid_runs=2, env_mismatch="warn", **SPEC)

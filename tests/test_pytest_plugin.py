@@ -468,6 +468,16 @@ def test_fast_is_faster(perfgate_compare):
 def test_slow_is_not_faster(perfgate_compare):
     result = perfgate_compare(fast_step, slow_step, rounds=8, steps=6, warmup=1, mode="non_regression")
     assert result["decision"] == "reject"
+
+
+def test_what_it_sets_itself_is_refused(perfgate_compare):
+    import pytest
+    from mlflow_perfgate.errors import InputError
+
+    with pytest.raises(InputError, match=r"sets \['group', 'interleave'\] itself"):
+        perfgate_compare(slow_step, fast_step, interleave="attempts", group="mine")
+    with pytest.raises(InputError, match=r"--attempts N is rounds=N"):
+        perfgate_compare(slow_step, fast_step, rounds=1)
 """
 
 
@@ -481,11 +491,11 @@ def test_the_inline_fixture_times_two_callables_in_the_test_body(pytester, tmp_p
     result = pytester.runpytest_subprocess("--perfgate", "--perfgate-tracking-uri", uri, "--perfgate-experiment",
                                            "inline", "-p", "no:cacheprovider", str(folder), timeout=300)
     out = result.stdout.str()
-    assert result.parseoutcomes().get("passed") == 2, out[-4000:]
+    assert result.parseoutcomes().get("passed") == 3, out[-4000:]
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("inline")
     runs = client.search_runs([experiment.experiment_id], "tags.`perfgate.kind` = 'decision'")
     assert sorted(run.data.tags["perfgate.decision"] for run in runs) == ["accept", "reject"]
     assert all("/inline/" in run.data.tags["perfgate.group"] for run in runs)
     skipped = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider", str(folder))  # without --perfgate
-    assert skipped.parseoutcomes().get("skipped") == 2
+    assert skipped.parseoutcomes().get("skipped") == 3

@@ -19,6 +19,7 @@ process. No torch here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -67,7 +68,13 @@ def declared_conditions(workload: str, timeout_s: float = _TIMEOUT_S) -> dict:
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         raise ValueError(f"workload {workload!r}: its declared conditions ({ATTRIBUTE}) could not be read: {why}")
-    return json.loads(done.stdout)
+    # the last line: whatever the module itself wrote on import (below the Python level too) comes before it
+    lines = done.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise ValueError(f"workload {workload!r}: reading its declared conditions ({ATTRIBUTE}) gave no answer "
+                         f"(its output ended: {done.stdout[-200:]!r})") from None
 
 
 def _checked(workload: str, declared) -> dict:
@@ -90,17 +97,20 @@ def main(argv: list[str]) -> int:
     1 (with the reason) where the declaration is malformed or the module fails on import."""
     workload = argv[0]
     module_name, function_name = workload_target(workload)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name and module_name.startswith(error.name):  # the module itself, not one it imports
+    with contextlib.redirect_stdout(sys.stderr):  # a module that prints on import: its words go to stderr
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            # the module itself (or a package above it) is not there; a module it imports is its own failure
+            if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
+                return _UNREADABLE
+            raise
+        factory = getattr(module, function_name, None)
+        if not callable(factory):
             return _UNREADABLE
-        raise
-    factory = getattr(module, function_name, None)
-    if not callable(factory):
-        return _UNREADABLE
-    declared = getattr(factory, ATTRIBUTE, None)
-    print(json.dumps({} if declared is None else _checked(workload, declared)))
+        declared = getattr(factory, ATTRIBUTE, None)
+        found = {} if declared is None else _checked(workload, declared)
+    print(json.dumps(found))
     return 0
 
 
