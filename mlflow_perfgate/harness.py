@@ -324,12 +324,18 @@ def with_declared_conditions(workload: str, base: dict, change: Any = None) -> d
     declared one is refused, naming both values (numbers compared as numbers: ``02`` is 2); the
     changed variable keeps its two values (the declaration is the baseline's, as a ``--set`` is).
 
+    A module whose import fails, crashes or exits while it is read stops nothing when every
+    condition is given (each attempt's child meets the failure and fails, counted in the failure
+    rate, as it would without a declaration).
+
     Raises:
-        InputError: the declaration cannot be read, or a ``--set`` disagrees with it.
+        InputError: the declaration is malformed, or it cannot be read and a condition is missing, or
+            a ``--set`` disagrees with it.
     """
+    from .rules._experiment import FIXED_CONDITIONS
     from .sites import SITE_CONDITIONS
     from .tracking._schema import canonical_value
-    from .workloads._declared import ATTRIBUTE, declared_conditions
+    from .workloads._declared import ATTRIBUTE, DeclarationUnreadable, declared_conditions
 
     if workload == "tinylm" or workload.startswith("mlflow_perfgate."):  # ours declare nothing
         return base
@@ -338,6 +344,11 @@ def with_declared_conditions(workload: str, base: dict, change: Any = None) -> d
         return base
     try:
         declared = declared_conditions(workload)
+    except DeclarationUnreadable as exc:
+        changed = list(change) if isinstance(change, dict) else []
+        if all(base.get(key) is not None for key in FIXED_CONDITIONS) and all(key in base for key in changed):
+            return base  # given in full: its attempts meet the failure and fail, each counted
+        raise InputError(f"{exc}; nothing was run or logged") from None
     except ValueError as exc:
         raise InputError(f"{exc}; nothing was run or logged") from None
     merged = dict(base)

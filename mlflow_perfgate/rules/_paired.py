@@ -213,7 +213,7 @@ def paired_boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float) -> fl
         return 1.0
     limit = boundary * (1 + REL_TOL)
     walsh = walsh_averages(log_ratios(base, cand))
-    count = int(np.count_nonzero(np.exp(walsh) <= limit))
+    count = int(np.count_nonzero(np.asarray(walsh) <= math.log(limit)))  # in log space: no exp to overflow
     n = len(base)
     if n <= _EXACT_W_MAX:
         return float(min(1.0, signed_rank_null_cdf(n)[count]))

@@ -213,8 +213,8 @@ def robust_boundary_p_value(b: ArmSummary, c: ArmSummary, boundary: float) -> fl
     limit = boundary * (1 + REL_TOL)  # a difference exactly at the boundary counts as at or below it
     base = log_latencies(b.latencies, "baseline latencies")
     cand = log_latencies(c.latencies, "candidate latencies")
-    ratios = np.exp(np.subtract.outer(cand, base))
-    count = int(np.count_nonzero(ratios <= limit))
+    # in log space: the ratio at or below the limit is its log at or below the limit's (no exp to overflow)
+    count = int(np.count_nonzero(np.subtract.outer(cand, base) <= math.log(limit)))
     m, n = base.size, cand.size
     if max(m, n) <= _EXACT_U_MAX:
         return float(min(1.0, u_null_cdf(m, n)[count]))

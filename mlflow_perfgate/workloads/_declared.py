@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 from ._names import HF_PREFIX, workload_target
 
-__all__ = ["ATTRIBUTE", "declared_conditions"]
+__all__ = ["ATTRIBUTE", "DeclarationUnreadable", "declared_conditions"]
 
 #: The factory's attribute that declares its fixed conditions.
 ATTRIBUTE = "perfgate_conditions"
@@ -39,6 +39,15 @@ _PLAIN = (str, int, float, bool)
 #: The child's exit code where the module or its factory is not there (the comparison goes on; the
 #: workload's own check refuses it with its own message).
 _UNREADABLE = 4
+#: Where the declaration is malformed (refused, with the child's reason).
+_MALFORMED = 3
+#: Where the module's import failed, crashed or exited (:class:`DeclarationUnreadable`).
+_IMPORT_FAILED = 5
+
+
+class DeclarationUnreadable(ValueError):
+    """The module's import failed, crashed or exited while its declaration was read: a comparison given every
+    condition goes on (each attempt's child meets the failure again and fails, counted), else is refused."""
 
 
 def declared_conditions(workload: str, timeout_s: float = _TIMEOUT_S) -> dict:
@@ -46,9 +55,9 @@ def declared_conditions(workload: str, timeout_s: float = _TIMEOUT_S) -> dict:
     declares none, or is a built-in or Hugging Face name.
 
     Raises:
-        ValueError: the module cannot be imported, or the declaration is not a mapping of condition
-            names to plain values (a string, a number, a boolean, a list of them); the message
-            names the workload and what to fix.
+        DeclarationUnreadable: the module's import failed, crashed or exited (a ``ValueError``).
+        ValueError: the declaration is not a mapping of condition names to plain values (a string,
+            a number, a boolean, a list of them); the message names the workload and what to fix.
     """
     prefix, sep, _ = workload.strip().partition(":")
     if not sep or prefix.lower() == HF_PREFIX:
@@ -65,16 +74,19 @@ def declared_conditions(workload: str, timeout_s: float = _TIMEOUT_S) -> dict:
                          f"{timeout_s:g} s") from None
     if done.returncode == _UNREADABLE:  # no such module or factory: the workload's own check says so, later
         return {}
-    if done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        raise ValueError(f"workload {workload!r}: its declared conditions ({ATTRIBUTE}) could not be read: {why}")
+    why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    if done.returncode == _MALFORMED:
+        raise ValueError(why)
+    if done.returncode != 0:  # its import failed or crashed: each attempt's child meets it again
+        raise DeclarationUnreadable(f"workload {workload!r}: its declared conditions ({ATTRIBUTE}) could not be "
+                                    f"read: {why}")
     # the last line: whatever the module itself wrote on import (below the Python level too) comes before it
     lines = done.stdout.strip().splitlines()
     try:
         return json.loads(lines[-1])
     except (IndexError, ValueError):
-        raise ValueError(f"workload {workload!r}: reading its declared conditions ({ATTRIBUTE}) gave no answer "
-                         f"(its output ended: {done.stdout[-200:]!r})") from None
+        raise DeclarationUnreadable(f"workload {workload!r}: reading its declared conditions ({ATTRIBUTE}) gave no "
+                                    f"answer (its output ended: {done.stdout[-200:]!r})") from None
 
 
 def _checked(workload: str, declared) -> dict:
@@ -104,12 +116,20 @@ def main(argv: list[str]) -> int:
             # the module itself (or a package above it) is not there; a module it imports is its own failure
             if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
                 return _UNREADABLE
-            raise
+            print(f"{type(error).__name__}: {error}", file=sys.stderr)
+            return _IMPORT_FAILED
+        except BaseException as error:  # noqa: BLE001 - anything its import does (sys.exit too) is its own
+            print(f"importing {module_name} raised {type(error).__name__}: {error}", file=sys.stderr)
+            return _IMPORT_FAILED
         factory = getattr(module, function_name, None)
         if not callable(factory):
             return _UNREADABLE
         declared = getattr(factory, ATTRIBUTE, None)
-        found = {} if declared is None else _checked(workload, declared)
+        try:
+            found = {} if declared is None else _checked(workload, declared)
+        except ValueError as error:
+            print(str(error), file=sys.stderr)
+            return _MALFORMED
     print(json.dumps(found))
     return 0
 
