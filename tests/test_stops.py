@@ -19,7 +19,9 @@ from conftest import REPO
 
 HOSTILE = "tests.workloads_fixtures.lockstep_hostile:make"
 SETS = ["--set=model=m", "--set=input_shape=1,1", "--set=batch_size=1", "--set=dtype=fp32", "--set=device=cpu",
-        "--set=measurement_method=wall_ms", "--set=warmup=1", "--set=steps=30", "--set=step_ms=2", "--set=width=1"]
+        "--set=measurement_method=wall_ms", "--set=warmup=1", "--set=steps=30", "--set=step_ms=12", "--set=width=1"]
+#: (12 ms steps: a round takes about 0.8 s, so the stop lands within a round of the poll that saw two, on a busy
+#: machine too: with 2 ms steps, rounds ran on past the planned 6 while a loaded poll looked)
 #: identical arms: the candidate changes a condition the factory parses and ignores
 COMPARE = [sys.executable, "-m", "mlflow_perfgate", "compare", "--workload", HOSTILE, *SETS, "--change", "width=2",
            "--attempts", "6", "--group", "stopped", "--no-progress", "--mode", "non_regression", "--margin", "0.5"]
