@@ -452,7 +452,7 @@ import time
 
 
 def slow_step():
-    time.sleep(0.004)
+    time.sleep(0.020)  # 20x the fast one: a busy machine's sleep overshoot (ms) leaves it far apart
 
 
 def fast_step():
