@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ._errors import InputError, MissingField, RuleTypeError, check_finite
 from ._settings import LATENCY_KEYS, STEP_FIGURES
 from ._scalars import plain_flag, plain_mapping, plain_record, to_python
-from ._stats import STEP_P10, nearest_rank
+from ._stats import nearest_rank
 
 __all__ = [
     "ArmSummary",
@@ -42,8 +42,6 @@ VERDICTS = ("accept", "reject", "rerun", "blocked_by_correctness")
 FASTEST_KEY = LATENCY_KEYS["fastest"]
 #: The record key of the 10th percentile of an attempt's measured steps (``latency="p10"``).
 STEP_P10_KEY = LATENCY_KEYS["p10"]
-#: The quantile of the measured steps :data:`STEP_P10_KEY` estimates (``_stats.step_figures``'s).
-STEP_P10_FRACTION = STEP_P10
 #: Latency keys every successful record must carry when judged (figures of the steps: no
 #: fallback), with the policy's name of each.
 STEP_FIGURE_KEYS = {LATENCY_KEYS[option]: option for option in ("fastest", "p10")}

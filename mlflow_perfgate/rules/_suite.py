@@ -97,7 +97,6 @@ __all__ = [
     "EntryEvidence",
     "SUITE_REASONS",
     "SUITE_SETTINGS",
-    "STATISTICAL_CHECKS",
     "SuiteDecision",
     "SuiteEntry",
     "TAIL_SHARE",
@@ -122,9 +121,6 @@ SUITE_SETTINGS = (
     Setting("tail_share", TAIL_SHARE, "Share of an entry's part of alpha spent on its tail (P95) test; its main "
             "test gets the rest", low=0, high=0.5, low_open=True),
 )
-#: The built-in statistical methods' checks whose failure is a statistical test. The error control
-#: reads which checks are statistical from each decision (:attr:`Deciding.tests`), never from here.
-STATISTICAL_CHECKS = ("improvement_ok", "no_regression_ok", "p95_ok")
 #: What a suite says beyond the entries' own reasons.
 SUITE_REASONS = MappingProxyType({
     "not_significant_in_suite": "the entry's statistical reject is not significant once the error across the "
