@@ -41,7 +41,7 @@ def latency_of(row: dict, latency: str) -> float | None:
     """An ok attempt row's figure under a latency option (``None``: the attempt gives none).
 
     ``fastest`` and ``p10`` are computed from the row's steps as the harness computes them
-    (the least step; ``rules._stats.step_quantile`` at ``STEP_P10_FRACTION``), so CSVs written
+    (``rules._stats.step_figures``, the one place step figures are computed), so CSVs written
     before either figure existed are judged on them too.
     """
     if latency == "raw":
@@ -57,10 +57,9 @@ def latency_of(row: dict, latency: str) -> float | None:
 @functools.lru_cache(maxsize=None)
 def _step_p10(steps: tuple[float, ...]) -> float:
     """An attempt's p10, once: every window that holds the attempt asks for it again."""
-    from mlflow_perfgate.rules._records import STEP_P10_FRACTION
-    from mlflow_perfgate.rules._stats import step_quantile
+    from mlflow_perfgate.rules._stats import step_figures
 
-    return step_quantile(steps, STEP_P10_FRACTION)
+    return step_figures(steps)["step_p10_ms"]
 
 
 def windows(rounds: Iterable[int], n: int, stride: int = 1) -> list[list[int]]:
