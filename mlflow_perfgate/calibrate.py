@@ -137,9 +137,9 @@ def calibrate(
     given = dict(conditions or {})
     _count(given, "steps", steps, 1)
     _count(given, "warmup", warmup, 0)
-    base = harness.with_declared_conditions(workload, harness._base_conditions(workload, given, rounds))
+    base = harness.with_declared_conditions(workload, harness.base_conditions(workload, given, rounds))
     harness.require_fixed_conditions(base)
-    harness._check_interleave(interleave, "", base, "latency", supervised, runner)
+    harness.check_interleave(interleave, "", base, "latency", supervised, runner)
     for placed in ("revision", "python"):
         if base.get(placed) not in (None, "") and not supervised:
             raise InputError(f"{placed} places the arms in child processes of their own, and --in-process runs none: "
@@ -153,10 +153,10 @@ def calibrate(
             base = {**base, **sites.conditions["baseline"]}
         identity = harness.calibration_identity(workload, base, threads, interleave)
         conditions_logged = {key: value for key, value in base.items() if key != "repeats"}
-        active, owned = harness._runner_for(runner, workload, supervised, sites=sites,
+        active, owned = harness.runner_for(runner, workload, supervised, sites=sites,
                                             lockstep=interleave in harness.LOCKSTEP_MODES)
         try:
-            harness._ready_store_while_warming(workload, active, timeout_s)
+            harness.ready_store_while_warming(workload, active, timeout_s)
             records = _run_rounds(workload, base, rounds, supervised=supervised, runner=active, timeout_s=timeout_s,
                                   threads=threads, progress=progress, interleave=interleave)
         finally:
@@ -173,7 +173,7 @@ def calibrate(
     found = spreads({"baseline": r["baseline"]["figures"], "candidate": r["candidate"]["figures"]} for r in complete)
     threads_seen = collections.Counter(arm["torch_threads"] for r in records for arm in (r["baseline"], r["candidate"])
                                        if arm["torch_threads"] is not None)
-    environment = fingerprint({"gpu_name": harness._gpu_name(base),
+    environment = fingerprint({"gpu_name": harness.gpu_name_of(base),
                                **({"torch_threads": threads_seen.most_common(1)[0][0]} if threads_seen else {})})
     figures = []
     for option in CALIBRATION_LATENCIES:

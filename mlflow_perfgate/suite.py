@@ -317,12 +317,12 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
                          f"--set {placed[0]}=... --change {placed[0]}=...")
     configuration = None
     if change is not None:  # an entry that runs: compare's defaults, per entry (harness.configure)
-        from .harness import _base_conditions, configure
+        from .harness import base_conditions, configure
 
         variable = next(iter(change)) if isinstance(change, dict) and len(change) == 1 else None
         configuration = configure(
             merged.get("objective") or "latency", merged.get("mode") or "improvement", variable,
-            _base_conditions(workload, dict(merged["set"]), 1), method=merged.get("method"),
+            base_conditions(workload, dict(merged["set"]), 1), method=merged.get("method"),
             latency=merged.get("latency"), interleave=interleave, threads=threads, attempts=attempts,
             steps_given="steps" in merged["set"], supervised=supervised)
         merged = {**merged, "method": configuration.method, "latency": configuration.latency}
@@ -383,13 +383,13 @@ def _check_entry_change(change, workload: str, conditions: dict, attempts: int, 
     """The entry's change as ``compare`` checks it (one variable, declared, interleavable), before anything runs."""
     if len(change) != 1:
         raise InputError(f"{where}: change must name exactly one variable, got {sorted(change)}")
-    from .harness import _base_conditions, _check_interleave, _validated_change
+    from .harness import base_conditions, check_interleave, validated_change
     from .rules._errors import PerfgateError
 
     try:
-        base = _base_conditions(workload, conditions, attempts)
-        _validated_change(base, dict(change), "the candidate change improves the objective")
-        _check_interleave(interleave, str(next(iter(change))), base, policy.objective, supervised, None)
+        base = base_conditions(workload, conditions, attempts)
+        validated_change(base, dict(change), "the candidate change improves the objective")
+        check_interleave(interleave, str(next(iter(change))), base, policy.objective, supervised, None)
     except PerfgateError as exc:
         raise type(exc)(f"{where}: {exc}") from None
 
@@ -401,14 +401,14 @@ class _Entry:
     """A running entry: its comparison run, its arms, its ABBA rounds so far (``compare``'s steps)."""
 
     def __init__(self, spec: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None, resume: bool, runners):
-        from .harness import _base_conditions, _Comparison, _Plan, _validated_change
+        from .harness import base_conditions, Comparison, Plan, validated_change
         from .tracking import group_state
 
         self.spec = spec
         self.suite = suite
         self._runners = runners
-        base = _base_conditions(spec.workload, spec.conditions, spec.attempts)
-        variable, value = _validated_change(base, spec.change, "the candidate change improves the objective")
+        base = base_conditions(spec.workload, spec.conditions, spec.attempts)
+        variable, value = validated_change(base, spec.change, "the candidate change improves the objective")
         held = group_state(spec.group, experiment_name=suite.experiment)
         if held["attempts"] and not resume:
             raise InputError(
@@ -417,14 +417,14 @@ class _Entry:
         # the rounds are compare's own (the change witnessed, the quality gate checked, the memory
         # estimate carried, a refused step interleaving stopping the entry), and so is the comparison
         # run: resumed, the group's own (its planned size kept, what a killed run left RUNNING ended)
-        plan = _Plan(workload=spec.workload, base=base, candidate={**base, variable: value}, variable=variable,
+        plan = Plan(workload=spec.workload, base=base, candidate={**base, variable: value}, variable=variable,
                      objective=spec.policy.objective, policy=spec.policy, attempts=spec.attempts,
                      until_decisive=spec.until_decisive, max_attempts=spec.max_attempts, interleave=spec.interleave,
                      supervised=spec.supervised, runner=spec.runner, timeout_s=spec.timeout_s, threads=spec.threads,
                      group=spec.group, experiment_name=suite.experiment, parent_run_id=suite_run_id, resume=resume,
                      allow_undecidable=False, progress=False, on_attempt=None, evaluate_kwargs={},
                      configuration=spec.configuration)
-        self.rounds = _Comparison(plan)
+        self.rounds = Comparison(plan)
         self.rounds.attach(group=spec.group, held=held, runner=None, who=f"suite entry {spec.name!r}")
         self.comparison_id = self.rounds.comparison_id
         self.done = held["attempts"] // 2
@@ -530,13 +530,13 @@ def run_entry(entry: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None = 
     if not entry.runs:
         return {"name": entry.name, "group": entry.group, "comparison_run_id": None, "attempts_per_arm": None,
                 "look": None, "max_looks": None, "deferred": []}
-    from .harness import _terminate_as_exception
+    from .harness import terminate_as_exception
 
     runners = _Runners()
     item = None
     with contextlib.ExitStack() as stack:
         if running is None:  # a task of its own: SIGTERM is Terminated here, as in compare
-            stack.enter_context(_terminate_as_exception())
+            stack.enter_context(terminate_as_exception())
         stack.callback(runners.close)
         try:
             item = _Entry(entry, suite, suite_run_id=suite_run_id, resume=resume, runners=runners)
@@ -582,7 +582,7 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     Returns:
         ``evaluate_suite``'s result.
     """
-    from .harness import Terminated, _signal_held, _terminate_as_exception
+    from .harness import Terminated, signal_held, terminate_as_exception
     from .rules._stats import preload_step_quantile
     from .tracking import end_run
     from .tracking._evaluate import DEFAULT_STALE_AFTER_S
@@ -595,8 +595,8 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     suite_run_id = None
     try:
         # SIGTERM is Terminated from before the suite run exists, and held while it is created (see compare's)
-        with _terminate_as_exception():
-            with _signal_held():
+        with terminate_as_exception():
+            with signal_held():
                 suite_run_id = start(suite, parent_run_id=parent_run_id)
             _warn_below_floors(suite, resume)
             preload_step_quantile()  # each attempt's p10 is computed as it is written, between attempts
@@ -604,7 +604,7 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
                                    running, outcomes)
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, Terminated) else f"{type(exc).__name__}: {exc}"
-        with _signal_held():  # a second signal meanwhile is raised once every run is ended
+        with signal_held():  # a second signal meanwhile is raised once every run is ended
             for item in running:  # compare's stop: the round measured before it written, the rest withdrawn
                 with contextlib.suppress(Exception):  # the server may be what failed; the original error matters
                     item.rounds.stop(exc, by="suite")
@@ -721,13 +721,13 @@ def run_on_ray(suite: SuiteSpec, address: str, *, parent_run_id: str | None = No
     Returns:
         ``evaluate_suite``'s result, with ``ray``: each entry's dispatch state, node and group.
     """
-    from .harness import Terminated, _signal_held, _terminate_as_exception
+    from .harness import Terminated, signal_held, terminate_as_exception
     from .tracking import end_run
 
     suite_run_id = None
     try:
-        with _terminate_as_exception():  # SIGTERM is Terminated (ray.init's own handler is put back)
-            with _signal_held():
+        with terminate_as_exception():  # SIGTERM is Terminated (ray.init's own handler is put back)
+            with signal_held():
                 suite_run_id = start(suite, parent_run_id=parent_run_id)
             return _judge_on_ray(suite, suite_run_id, address, gpus=gpus, cpus_per_node=cpus_per_node,
                                  timeout_s=timeout_s, stale_after_s=stale_after_s, on_lost=on_lost)
@@ -738,7 +738,7 @@ def run_on_ray(suite: SuiteSpec, address: str, *, parent_run_id: str | None = No
         if suite_run_id is not None:  # the entries' runs are ended on their nodes, or by the dispatcher
             cause = stop or exc
             reason = str(cause) if isinstance(cause, Terminated) else f"{type(cause).__name__}: {cause}"
-            with _signal_held(), contextlib.suppress(Exception):
+            with signal_held(), contextlib.suppress(Exception):
                 end_run(suite_run_id, "KILLED", reason=f"suite stopped before its decision: {reason}")
         if stop is not None and stop is not exc:
             raise stop from None

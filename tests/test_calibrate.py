@@ -307,11 +307,11 @@ def test_the_latest_finished_calibration_of_the_same_identity_is_the_one_found(s
         assert set(item["needed"]) == {0.1} and all(v is None or v >= 6 for v in item["needed"].values())
     # the identity holds the threads asked for (compare's default, 1, when none) and the host, not the git revision
     base = {**conditions, "steps": 3, "warmup": 1}
-    from mlflow_perfgate.harness import _base_conditions
+    from mlflow_perfgate.harness import base_conditions
 
-    identity = calibration_identity("tinylm", _base_conditions("tinylm", base, 7), 1)
+    identity = calibration_identity("tinylm", base_conditions("tinylm", base, 7), 1)
     assert identity == first["identity"] and "git_revision" not in identity and identity["threads"] == "1"
-    assert calibration_identity("tinylm", _base_conditions("tinylm", base, 7), None) != identity
+    assert calibration_identity("tinylm", base_conditions("tinylm", base, 7), None) != identity
     assert latest_calibration(first["identity"], experiment_name="no-such-experiment") is None
 
 
@@ -324,10 +324,10 @@ def test_a_calibration_whose_rounds_all_fail_is_a_failed_run_auto_never_reads(sq
     run, = MlflowClient().search_runs(["0"])
     assert run.info.status == "FAILED" and run.data.tags[TAG.KIND] == "calibration"
     assert "only 0 of 2 rounds" in run.data.tags[TAG.END_REASON] and run.data.metrics["failed_rounds"] == 2
-    from mlflow_perfgate.harness import _base_conditions
+    from mlflow_perfgate.harness import base_conditions
 
     identity = calibration_identity("tests.workloads_fixtures.hostile:raiser",
-                                    _base_conditions("x", {**fixed, "steps": 2, "warmup": 0}, 1), 1)
+                                    base_conditions("x", {**fixed, "steps": 2, "warmup": 0}, 1), 1)
     assert run.data.tags[TAG.CALIBRATION_KEY] == calibration_key(identity)
     assert latest_calibration(identity) is None  # FAILED: compare --rounds auto never plans from it
 

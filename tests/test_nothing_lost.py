@@ -578,12 +578,12 @@ def test_sigterm_while_a_suite_s_runs_are_created_ends_them_killed(sqlite_uri, t
 
 
 def test_a_sigterm_held_while_a_run_is_created_is_raised_when_it_is(sqlite_uri):
-    from mlflow_perfgate.harness import Terminated, _signal_held, _terminate_as_exception
+    from mlflow_perfgate.harness import Terminated, signal_held, terminate_as_exception
 
     reached = []
-    with _terminate_as_exception():
+    with terminate_as_exception():
         with pytest.raises(Terminated, match="terminated by SIGTERM"):
-            with _signal_held():
+            with signal_held():
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(0.05)  # the handler has run by now: held, not raised
                 reached.append("after the signal")
