@@ -12,9 +12,10 @@ comparison passes through them:
   to), the validated :class:`Plan` with its one :class:`~mlflow_perfgate.rules.Policy`, the looks
   of a sequential comparison, and the rounds a calibration plans (``--rounds auto``).
 - ``_runners``: the runner a comparison uses and what is done while its server warms up.
-- ``_comparison``: :class:`Comparison`, one comparison from open to decision: its comparison
-  run, its rounds (ABBA attempts, step-interleaved or lockstep rounds), its looks, its decision,
-  or its stop.
+- ``_comparison_run``: a comparison's runs in MLflow: opened (the group, the refusals, the
+  comparison run), its attempts' runs started and written whole, ended KILLED on a stop.
+- ``_comparison``: :class:`Comparison`, one comparison from open to decision on those runs: its
+  rounds (ABBA attempts, step-interleaved or lockstep rounds), its looks, its decision.
 - ``_recording``: one attempt's outcome as its run records it (memory estimates carried per arm).
 - ``_signals``: SIGTERM and Ctrl-C held while a run is created or written, so none is left half made.
 - ``_commands``: the entry points (:func:`compare`, :func:`diagnose`, :func:`pipeline`) and the
