@@ -24,10 +24,10 @@ import sys
 import time
 from typing import Any, Sequence
 
-from .rules._calibration import (CALIBRATION_LATENCIES, DEFAULT_HORIZONS, MAX_AUTO_ROUNDS, MAX_ROUNDS,
-                                 arm_figures, detectable_effect, power_test, rounds_needed, spreads)
-from .rules._errors import InputError, check_unit_interval
-from .rules._settings import LATENCY_KEYS
+from .rules import (CALIBRATION_LATENCIES, DEFAULT_HORIZONS, MAX_AUTO_ROUNDS, MAX_ROUNDS, arm_figures,
+                    detectable_effect, power_test, rounds_needed, spreads)
+from .rules import InputError, check_unit_interval
+from .rules import LATENCY_KEYS
 
 __all__ = ["DEFAULT_EFFECTS", "calibrate", "calibration_table", "effect_text", "interleaving_text"]
 
@@ -166,8 +166,8 @@ def calibrate(
         if sites is not None:
             sites.close()
     from .tracking import run_url
-    from .tracking._calibration import log_calibration
-    from .tracking._environment import fingerprint
+    from .tracking import log_calibration
+    from .tracking import fingerprint
 
     complete = [r for r in records if r["complete"]]
     found = spreads({"baseline": r["baseline"]["figures"], "candidate": r["candidate"]["figures"]} for r in complete)
@@ -234,7 +234,7 @@ def _run_rounds(workload: str, base: dict, rounds: int, *, supervised: bool, run
     """The identical-arm rounds, both arms ``base``, the leading arm alternating (ABBA)."""
     from tqdm import tqdm
 
-    from .workloads._interleave import INTERLEAVE_REFUSED
+    from .workloads import INTERLEAVE_REFUSED
 
     records = []
     with tqdm(total=rounds, desc="calibrate", unit="round", disable=not progress, file=sys.stderr) as bar:

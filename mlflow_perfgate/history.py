@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from .rules._errors import InputError
+from .errors import InputError
 from .sites import WORKTREES_ENV
 
 __all__ = ["WORKTREES_ENV", "bisect", "bisect_group", "revision_worktree"]

@@ -97,13 +97,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("perfgate"):
         return
     uri = config.getoption("perfgate_tracking_uri")
-    from .tracking._store import scheme_problem  # no mlflow
+    from .tracking import scheme_problem  # no mlflow
 
     problem = scheme_problem(uri if uri is not None else os.environ.get("MLFLOW_TRACKING_URI"))
     if problem:  # one line now, not a failure of every comparison later
         raise pytest.UsageError(f"{'--perfgate-tracking-uri' if uri is not None else 'MLFLOW_TRACKING_URI'}: {problem}")
     gate = _Gate(config)
-    from .rules._errors import PerfgateError
+    from .errors import PerfgateError
     from .suite import parse_suite
 
     try:  # the suite's own settings, checked by its parser (a recorded group stands in for the entries)
@@ -236,7 +236,7 @@ def perfgate_compare(request: pytest.FixtureRequest):
     def compare_inline(baseline, candidate, *, mode: str = "improvement", rounds: int = 10, steps: int = 30,
                        warmup: int = 3, calls_per_step: int = 1, **options: Any) -> dict:
         from .harness import compare
-        from .rules._errors import InputError
+        from .errors import InputError
         from .workloads.callables import WORKLOAD, callable_conditions
 
         fixed = sorted(set(options) & _INLINE_FIXED)
@@ -332,7 +332,7 @@ def _workload_roots(entries: list[dict]) -> list[str]:
     (a test folder it put on ``sys.path``)."""
     import importlib.util
 
-    from .workloads._names import workload_target
+    from .workloads import workload_target
 
     modules = []
     for entry in entries:
@@ -538,7 +538,7 @@ class _Gate:
             # every declared test fails with it; the traceback is kept
             import traceback
 
-            from .rules._errors import PerfgateError
+            from .errors import PerfgateError
 
             if isinstance(exc, PerfgateError):
                 self.error = f"{type(exc).__name__}: {exc}"
@@ -559,7 +559,7 @@ class _Gate:
 
     def _entries(self) -> list[dict]:
         """Each declared test's entry, checked by the suite's own parser one by one: a refused one fails its test."""
-        from .rules._errors import PerfgateError
+        from .errors import PerfgateError
         from .suite import parse_suite
 
         entries = []
@@ -643,8 +643,8 @@ def _plain(value: Any) -> Any:
 
 
 def _outcome(entry: dict, result: dict, summary: dict) -> Outcome:
-    from .rules._records import REASONS
-    from .rules._suite import SUITE_REASONS
+    from .rules import REASONS
+    from .rules import SUITE_REASONS
     from .tracking import decision_summary
 
     verdict = entry["verdict"]
@@ -691,7 +691,7 @@ def _figure(outcome: Outcome) -> str:
 
 def summary_lines(gate: _Gate) -> list[str]:
     """The end of the session: the suite's verdict, then a row per declared test (verdict, ratio [interval], run)."""
-    from .tracking._schema import UI_ADDRESS  # no mlflow
+    from .tracking import UI_ADDRESS  # no mlflow
 
     summary = gate.summary
     title = f"perfgate suite {gate.suite_name!r}"
@@ -741,8 +741,8 @@ def summary_lines(gate: _Gate) -> list[str]:
 
 def _rerun_text(outcome: Outcome) -> str:
     """Why a rerun, in one line, and what would settle it."""
-    from .rules._suite import SUITE_REASONS
-    from .tracking._report import reason_text
+    from .rules import SUITE_REASONS
+    from .tracking import reason_text
 
     text = SUITE_REASONS.get(outcome.reason) or reason_text(outcome.result)
     attempts = outcome.result.get("recommended_attempts")

@@ -56,7 +56,7 @@ import time
 import urllib.parse
 from typing import Any, Callable, Iterable
 
-from .rules._errors import InputError, PerfgateError
+from .errors import InputError, PerfgateError
 
 __all__ = [
     "DECIDED",
@@ -346,7 +346,7 @@ def _run_on_node(entry: dict, run_entry: Callable[[dict], dict]) -> dict:
     result = run_entry(entry)
     journal, waiting = None, None
     try:
-        from .tracking._journal import journal_path, pending
+        from .tracking import journal_path, pending
 
         journal = str(journal_path())
         uri = os.environ.get("MLFLOW_TRACKING_URI", "")
@@ -587,7 +587,7 @@ class _Dispatch:
 def _is_setup_error(cause: BaseException) -> bool:
     """An error of the entry's setup: the product's own (the user fixes it: a bad condition, a factory that
     could not be imported or built) or the child's refusal of a workload name that does not resolve."""
-    from .workloads._attempt import WorkloadRefused
+    from .workloads import WorkloadRefused
 
     return isinstance(cause, (PerfgateError, WorkloadRefused))
 

@@ -30,7 +30,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .rules._errors import InputError
+from .errors import InputError
 
 __all__ = ["SITE_CONDITIONS", "WORKTREES_ENV", "ArmSites", "arm_sites", "git", "worktree_root"]
 
@@ -151,7 +151,7 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
         InputError: a revision outside a git repository or one git cannot resolve, a ``python``
             that is missing, cannot be run or lacks torch; one line naming the arm and the fix.
     """
-    from .workloads._site import Site, probe_python
+    from .workloads import Site, probe_python
 
     if not any(conditions.get(name) not in (None, "") for conditions in arms.values() for name in SITE_CONDITIONS):
         return None
@@ -212,7 +212,7 @@ def _require_moved(workload: str, top: str, site: Any, worktree: Path, arm: str)
     import importlib.machinery
     import importlib.util
 
-    from .workloads._names import workload_target
+    from .workloads import workload_target
 
     top_module = workload_target(workload)[0].split(".")[0]
     try:

@@ -73,8 +73,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import rules
-from .rules._errors import InputError, PolicyError, RuleTypeError, StoreUnavailable
-from .rules._suite import TAIL_SHARE
+from .errors import InputError, PolicyError, RuleTypeError, StoreUnavailable
+from .rules import TAIL_SHARE
 
 __all__ = ["ENTRY_KEYS", "EntrySpec", "SuiteSpec", "evaluate", "load_suite", "parse_suite", "run", "run_entry", "start"]
 
@@ -213,8 +213,8 @@ def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> Sui
         raise InputError(f"{source}: [suite] needs a name (a non-empty string)")
     alpha = head.get("alpha", 0.05)
     control = head.get("control", "holm")
-    from .rules._suite import CONTROLS, SUITE_SETTINGS
-    from .rules._policy import check_settings
+    from .rules import CONTROLS, SUITE_SETTINGS
+    from .rules import check_settings
 
     tail_share = head.get("tail_share", TAIL_SHARE)
     try:
@@ -360,8 +360,8 @@ def _entry_policy(merged: dict, where: str):
     an entry that runs has it from ``harness.configure``, a collected one gets ``robust``), the
     specification-style rule elsewhere (memory, throughput: outside the error control); a latency
     entry's method must give the gate a p-value."""
-    from .rules._registry import METHODS
-    from .rules._suite import methods_with_p_values
+    from .rules import METHODS
+    from .rules import methods_with_p_values
 
     options = {key: merged.get(key) for key in ("method", "mode", "objective", "margin", "alpha", "confidence",
                                                 "latency")}
@@ -384,7 +384,7 @@ def _check_entry_change(change, workload: str, conditions: dict, attempts: int, 
     if len(change) != 1:
         raise InputError(f"{where}: change must name exactly one variable, got {sorted(change)}")
     from .harness import base_conditions, check_interleave, validated_change
-    from .rules._errors import PerfgateError
+    from .errors import PerfgateError
 
     try:
         base = base_conditions(workload, conditions, attempts)
@@ -491,7 +491,7 @@ class _Runners:
 
 def _items(suite: SuiteSpec, looks: dict[str, int | None] | None = None):
     """The entries as the evaluator judges them, each at its look."""
-    from .tracking._suite import SuiteItem
+    from .tracking import SuiteItem
 
     looks = looks or {}
     return [SuiteItem(entry.name, entry.group, entry.policy, look=looks.get(entry.name),
@@ -583,9 +583,9 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
         ``evaluate_suite``'s result.
     """
     from .harness import Terminated, signal_held, terminate_as_exception
-    from .rules._stats import preload_step_quantile
+    from .rules import preload_step_quantile
     from .tracking import end_run
-    from .tracking._evaluate import DEFAULT_STALE_AFTER_S
+    from .tracking import DEFAULT_STALE_AFTER_S
     _require_importable(suite)
     stale_after_s = DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s
     runners = _Runners()
@@ -624,7 +624,7 @@ def _run_entries(suite: SuiteSpec, suite_run_id: str, resume: bool, on_attempt, 
     from tqdm import tqdm
 
     from .tracking import sync
-    from .tracking._suite import evaluate_suite
+    from .tracking import evaluate_suite
 
     with tqdm(total=total, desc=f"suite {suite.name[:30]}", unit="attempt", disable=not progress or not total,
               file=sys.stderr) as bar:
@@ -656,7 +656,7 @@ def _run_entries(suite: SuiteSpec, suite_run_id: str, resume: bool, on_attempt, 
 
 def _require_importable(suite: SuiteSpec) -> None:
     """A module off the path: refused before the suite run or any child starts."""
-    from .workloads._names import require_importable
+    from .workloads import require_importable
 
     for entry in suite.entries:
         if entry.runs:
@@ -668,7 +668,7 @@ def _require_importable(suite: SuiteSpec) -> None:
 
 def _warn_below_floors(suite: SuiteSpec, resume: bool) -> None:
     """As compare says it: an entry planned below its method's floor (a warning: the suite may still reject)."""
-    from .rules._statistical import too_few_to_decide
+    from .rules import too_few_to_decide
 
     for entry in suite.entries:
         planned = entry.max_attempts if entry.until_decisive else entry.attempts
@@ -681,7 +681,7 @@ def _warn_below_floors(suite: SuiteSpec, resume: bool) -> None:
 def _round_robin(suite: SuiteSpec, running: list[_Entry], counted, bar, stale_after_s: float) -> None:
     """The entries' planned rounds in turn, one ABBA round each; then, with ``until_decisive``, another
     round for each entry the suite's gate answers rerun for lack of evidence, up to its most."""
-    from .tracking._suite import judge_entries
+    from .tracking import judge_entries
 
     while any(item.initial_left for item in running):
         for item in running:
@@ -749,7 +749,7 @@ def _judge_on_ray(suite: SuiteSpec, suite_run_id: str, address: str, *, gpus: in
                   timeout_s: float, stale_after_s: float | None, on_lost: str) -> dict:
     """:func:`run_on_ray` once its suite run exists: the entries dispatched, then judged."""
     from .ray_dispatch import run_entries_on_ray
-    from .tracking._suite import evaluate_suite
+    from .tracking import evaluate_suite
 
     running = [entry for entry in suite.entries if entry.runs]
     items = [{"group": entry.group, "experiment_name": suite.experiment, "entry": entry, "suite": suite,
@@ -762,7 +762,7 @@ def _judge_on_ray(suite: SuiteSpec, suite_run_id: str, address: str, *, gpus: in
         dataclasses.replace(entry, group=groups.get(entry.name, entry.group)) for entry in suite.entries))
     looks = {entry.name: outcome.result.get("look") for entry, outcome in zip(running, outcomes)
              if outcome.decided and isinstance(outcome.result, dict)}
-    from .tracking._evaluate import DEFAULT_STALE_AFTER_S
+    from .tracking import DEFAULT_STALE_AFTER_S
 
     summary = evaluate_suite(judged.name, _items(judged, looks), experiment_name=judged.experiment,
                              alpha=judged.alpha, control=judged.control, tail_share=judged.tail_share,
@@ -799,7 +799,7 @@ def start(suite: SuiteSpec, *, parent_run_id: str | None = None) -> str:
     with the same ``suite_run_id`` writes the decision onto it.
     """
     from .tracking import group_state
-    from .tracking._suite import start_suite
+    from .tracking import start_suite
 
     # a collected entry whose group holds nothing would fail the suite after every other entry ran
     empty = [entry for entry in suite.entries
@@ -819,8 +819,8 @@ def evaluate(suite: SuiteSpec, *, dry_run: bool = False, stale_after_s: float | 
     A sequential entry's look is read from the attempts its group holds, so judging again what
     ``suite run`` judged gives the same decisions (and adopts the same runs).
     """
-    from .tracking._evaluate import DEFAULT_STALE_AFTER_S
-    from .tracking._suite import evaluate_suite
+    from .tracking import DEFAULT_STALE_AFTER_S
+    from .tracking import evaluate_suite
 
     return evaluate_suite(suite.name, _items(suite, _recorded_looks(suite)), experiment_name=suite.experiment,
                           alpha=suite.alpha, control=suite.control, tail_share=suite.tail_share,

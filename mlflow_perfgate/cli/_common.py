@@ -23,14 +23,14 @@ _DEBUG_ENV = "MLFLOW_PERFGATE_DEBUG"
 
 
 def _fail(message: str) -> NoReturn:
-    from mlflow_perfgate.tracking._redact import redact_text  # no mlflow: passwords and tokens never printed
+    from mlflow_perfgate.tracking import redact_text  # no mlflow: passwords and tokens never printed
 
     click.echo(f"Error: {redact_text(message)}", err=True)
     sys.exit(EXIT_USAGE)
 
 
 def _one_line(exc: BaseException) -> str:
-    from mlflow_perfgate.tracking._schema import fit  # no mlflow
+    from mlflow_perfgate.tracking import fit  # no mlflow
 
     message = getattr(exc, "message", None) or str(exc)
     text = " ".join(str(message).split())
@@ -40,7 +40,7 @@ def _one_line(exc: BaseException) -> str:
 def _check_store_uri(writes: bool = True) -> None:
     """A misspelled store scheme in ``MLFLOW_TRACKING_URI`` (``sqllite:///mlflow.db``) is one line
     at once, before MLflow is imported; so is a local store a command that writes cannot write."""
-    from mlflow_perfgate.tracking._store import require_writable_store, scheme_problem
+    from mlflow_perfgate.tracking import require_writable_store, scheme_problem
 
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     problem = scheme_problem(uri)
@@ -67,8 +67,8 @@ def reads_only(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from mlflow_perfgate.tracking._probe import ensure_reachable
-        from mlflow_perfgate.tracking._store import read_only
+        from mlflow_perfgate.tracking import ensure_reachable
+        from mlflow_perfgate.tracking import read_only
 
         # A dead or silent server is one line before MLflow's import; what the probe found is
         # remembered, so the client does not ask again.
@@ -104,7 +104,7 @@ def guarded(func):
         except Exception as exc:
             if os.environ.get(_DEBUG_ENV):
                 raise
-            from mlflow_perfgate.tracking._redact import redact_text
+            from mlflow_perfgate.tracking import redact_text
 
             click.echo(redact_text(traceback.format_exc()).rstrip("\n"), err=True)
             _fail(f"internal error, a bug in mlflow-perfgate ({type(exc).__name__}: {_one_line(exc)}); "

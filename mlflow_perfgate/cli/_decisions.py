@@ -72,10 +72,10 @@ def decisions(experiment, group, suite_name, kind, output_format):
 
 def _decisions_frame(experiment, group, suite_name, kind="decision"):
     """``tracking.decisions``; a local SQLite store is read without importing MLflow (about 2 s less)."""
-    from mlflow_perfgate.tracking._sqlite_decisions import decisions_frame, default_uri
+    from mlflow_perfgate.tracking import decisions_frame, default_uri
 
     def through_mlflow(*query):
-        from mlflow_perfgate.tracking._queries import mlflow_decision_records  # imports MLflow
+        from mlflow_perfgate.tracking import mlflow_decision_records  # imports MLflow
 
         return mlflow_decision_records(*query)
 
@@ -95,7 +95,7 @@ def report(group, experiment):
 
     frame = query(experiment_name=experiment, group=group)
     if frame.empty:
-        from mlflow_perfgate.tracking._client import current_store
+        from mlflow_perfgate.tracking import current_store
 
         name = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME")
         where = f"experiment {name!r}" if name else "the default experiment"

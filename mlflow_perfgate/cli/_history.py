@@ -17,7 +17,7 @@ from ._options import RegistryChoice, _setting_option, collect_policy
 
 def history_options(func):
     """The settings of ``rules.find_change_points``, derived from ``HISTORY_SETTINGS``."""
-    from mlflow_perfgate.rules._history import HISTORY_SETTINGS, TESTS
+    from mlflow_perfgate.rules import HISTORY_SETTINGS, TESTS
 
     options = [_setting_option(setting) for setting in HISTORY_SETTINGS]
     options.append(click.option("--test", type=click.Choice(TESTS), default="permutation", show_default=True,
@@ -109,7 +109,7 @@ def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, n
             click.echo(json.dumps(outcome, indent=2, default=str))
         sys.exit({"found": 0, "not_bad": 1}.get(outcome["status"], 3))
     from mlflow_perfgate.tracking import DEFAULT_STALE_AFTER_S
-    from mlflow_perfgate.tracking._history import analyze, benchmark_lines, load_benchmarks
+    from mlflow_perfgate.tracking import analyze, benchmark_lines, load_benchmarks
 
     stale = DEFAULT_STALE_AFTER_S if stale_after is None else stale_after
     if list_only:
@@ -131,7 +131,7 @@ def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, n
         shown = {k: v for k, v in payload.items() if k not in ("change_point_records", "report")}
         click.echo(json.dumps(shown, indent=2, default=str))
         return
-    from mlflow_perfgate.tracking._history import change_point_line
+    from mlflow_perfgate.tracking import change_point_line
 
     click.echo(payload["report"])
     points = payload["change_point_records"]

@@ -90,7 +90,7 @@ class SectionedCommand(click.Command):
     """A command whose options are listed by purpose: what to run, how to decide, thresholds, output."""
 
     def format_options(self, ctx, formatter):
-        from mlflow_perfgate.rules._registry import threshold_settings
+        from mlflow_perfgate.rules import threshold_settings
 
         thresholds = {*threshold_settings(), "extra_thresholds"}
         rows: dict[str, list] = {title: [] for title, _ in _SECTIONS}
@@ -125,8 +125,8 @@ def decision_options(func=None, *, configured: bool = False):
     """
     if func is None:
         return lambda f: decision_options(f, configured=configured)
-    from mlflow_perfgate.rules._policy import LATENCIES, MODES, POLICY_SETTINGS
-    from mlflow_perfgate.rules._registry import METHODS, OBJECTIVES, threshold_settings
+    from mlflow_perfgate.rules import LATENCIES, MODES, POLICY_SETTINGS
+    from mlflow_perfgate.rules import METHODS, OBJECTIVES, threshold_settings
 
     methods = "; ".join(f"{name}: {METHODS.help(name)}" for name in METHODS)
     objectives = "; ".join(f"{name}: {OBJECTIVES.help(name)}" for name in OBJECTIVES)
@@ -171,8 +171,8 @@ def collect_policy(kwargs: dict) -> dict:
     Raises:
         PolicyError: a value out of its range or a combination no method judges.
     """
-    from mlflow_perfgate.rules._policy import POLICY_SETTINGS, Policy
-    from mlflow_perfgate.rules._registry import threshold_settings
+    from mlflow_perfgate.rules import POLICY_SETTINGS, Policy
+    from mlflow_perfgate.rules import threshold_settings
 
     settings = threshold_settings()
     names = ["method", "mode", "objective", "latency", *(s.name for s in POLICY_SETTINGS), *settings]

@@ -228,7 +228,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
             commit_time=_commit_time(commit_time, "--commit-time"), pair=pair,
         )]
     from mlflow_perfgate.errors import InputError
-    from mlflow_perfgate.tracking._inputs import check_attempt
+    from mlflow_perfgate.tracking import check_attempt
 
     parents = [(item["parent_run_id"], item["group"]) for item in attempts if item["parent_run_id"]]
     checked = []
@@ -241,8 +241,8 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
         except InputError as exc:
             raise InputError(f"{where}: {exc}" if where else str(exc)) from None
     from mlflow_perfgate.tracking import check_parent_runs
-    from mlflow_perfgate.tracking._attempts import log_series
-    from mlflow_perfgate.tracking._journal import journal_path
+    from mlflow_perfgate.tracking import log_series
+    from mlflow_perfgate.tracking import journal_path
 
     check_parent_runs(parents)
     stored = []
@@ -273,6 +273,6 @@ def _cause_text(deferred) -> str:
     cause = deferred.__cause__ if deferred is not None else None
     if cause is None:
         return "no answer"
-    from mlflow_perfgate.tracking._client import short_error
+    from mlflow_perfgate.tracking import short_error
 
     return short_error(cause)

@@ -100,7 +100,7 @@ def _attempts_of(conditions: dict, attempts: int | None, rounds: str | None = No
     the comparison runs, and always logged as them); refused beside an --attempts or --rounds that disagrees."""
     if "repeats" not in conditions:
         return attempts
-    from mlflow_perfgate.workloads._conditions import parse_int
+    from mlflow_perfgate.workloads import parse_int
 
     try:
         repeats = parse_int("repeats", conditions["repeats"], minimum=1)

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable
 
 from .. import rules
-from ..rules._errors import InputError
+from ..errors import InputError
 
 from ._comparison import Comparison
 from ._conditions import (INTERLEAVE_MODES, LOCKSTEP_MODES, base_conditions, require_fixed_conditions,

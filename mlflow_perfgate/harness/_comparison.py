@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from ..rules._errors import InputError, StoreUnavailable
+from ..errors import InputError, StoreUnavailable
 
 from ._comparison_run import ComparisonRun
 from ._conditions import LOCKSTEP_MODES, check_quality_gate_can_fail
@@ -110,7 +110,7 @@ class Comparison(ComparisonRun):
         """A round's two attempts written and checked; a round that found both arms cannot share a
         process stops the comparison (no round can be valid), and so does this call's first round
         failed for a reason of its setup (:meth:`refuse_setup`)."""
-        from ..workloads._interleave import INTERLEAVE_REFUSED
+        from ..workloads import INTERLEAVE_REFUSED
 
         for arm, attempt, result in zip(order, started, results):
             self.report(arm, attempt, result, bar)

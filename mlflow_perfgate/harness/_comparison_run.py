@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any
 
-from ..rules._errors import InputError
+from ..errors import InputError
 
 from ._conditions import LOCKSTEP_MODES, _ChangeWitness
 from ._planning import Plan, _look_positions, _spent_before
@@ -99,7 +99,7 @@ class ComparisonRun:
         from mlflow import MlflowClient
 
         from ..tracking import TAG
-        from ..tracking._client import retrying
+        from ..tracking import retrying
 
         plan = self.plan
         held_text = retrying(lambda: MlflowClient().get_run(run_id)).data.tags.get(TAG.POLICY)
@@ -155,7 +155,7 @@ class ComparisonRun:
             raise InputError(
                 f"group {group!r} already holds {held['attempts']} attempts; pass --resume (resume=True) to add this "
                 "comparison's attempts to them, or choose another --group")
-        from ..rules._statistical import too_few_to_decide
+        from ..rules import too_few_to_decide
 
         too_few = None if held["attempts"] else too_few_to_decide(
             plan.policy, plan.most,
@@ -199,7 +199,7 @@ class ComparisonRun:
 
         # how it is measured and judged, what was defaulted, what fell back and why
         configuration = None if plan.configuration is None else plan.configuration.text()
-        from ..tracking._runs import claim_rounds, policy_text
+        from ..tracking import claim_rounds, policy_text
 
         if plan.resume and held["comparison_run_id"]:
             run_id = held["comparison_run_id"]

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from .. import rules
-from ..rules._errors import InputError, SingleVariableError
+from ..errors import InputError, SingleVariableError
 
 
 #: What a TinyLM comparison fixes when the user does not say (the specification's baseline; the measured
@@ -139,10 +139,10 @@ def with_declared_conditions(workload: str, base: dict, change: Any = None) -> d
         InputError: the declaration is malformed, or it cannot be read and a condition is missing, or
             a ``--set`` disagrees with it.
     """
-    from ..rules._experiment import FIXED_CONDITIONS
+    from ..rules import FIXED_CONDITIONS
     from ..sites import SITE_CONDITIONS
-    from ..tracking._schema import canonical_value
-    from ..workloads._declared import ATTRIBUTE, DeclarationUnreadable, declared_conditions
+    from ..tracking import canonical_value
+    from ..workloads import ATTRIBUTE, DeclarationUnreadable, declared_conditions
 
     if workload == "tinylm" or workload.startswith("mlflow_perfgate."):  # ours declare nothing
         return base
@@ -191,7 +191,7 @@ def require_fixed_conditions(base: dict) -> None:
     Raises:
         InputError: some are missing (or ``None``); the message names them and how to give them.
     """
-    from ..rules._experiment import FIXED_CONDITIONS
+    from ..rules import FIXED_CONDITIONS
 
     missing = sorted(key for key in FIXED_CONDITIONS if base.get(key) is None)
     if missing:
@@ -210,7 +210,7 @@ def _check_counts(base: dict, variable: str, value: Any) -> None:
         InputError: one is not an integer (``steps`` >= 1, ``warmup`` >= 0), named with the arm and
             how it was given, instead of every attempt failing on it.
     """
-    from ..workloads._conditions import parse_int
+    from ..workloads import parse_int
 
     for arm, conditions in (("baseline", base), ("candidate", {**base, variable: value})):
         for key, minimum in (("steps", 1), ("warmup", 0)):
@@ -245,7 +245,7 @@ def check_change_reached_workload(variable: str, baseline: dict | None, candidat
     """
     if not isinstance(baseline, dict) or not isinstance(candidate, dict):
         return
-    from ..rules._experiment import FIXED_CONDITIONS
+    from ..rules import FIXED_CONDITIONS
 
     read_b, read_c = baseline.get("read_conditions"), candidate.get("read_conditions")
     if (variable not in FIXED_CONDITIONS and variable not in ("steps", "warmup", "revision", "python")

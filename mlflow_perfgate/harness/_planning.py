@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable
 
 from .. import rules
-from ..rules._errors import InputError
+from ..errors import InputError
 
 from ._conditions import (INTERLEAVE_MODES, base_conditions, _check_counts, check_interleave, _lockstep_refusal,
                           _steps_refusal, validated_change, require_fixed_conditions, with_declared_conditions)
@@ -101,7 +101,7 @@ def configure(objective: str, mode: str, variable: str | None, base: dict, *, me
         The :class:`Configuration` (``defaulted`` names what was filled in, ``fallbacks`` why a
         recommended value did not apply).
     """
-    from ..rules._registry import METHODS, OBJECTIVES
+    from ..rules import METHODS, OBJECTIVES
 
     defaulted, fallbacks = [], []
     if method is None:
@@ -189,7 +189,7 @@ class Plan:
     @property
     def measures(self) -> tuple[str, ...]:
         """The objectives whose figure every attempt measures (an entry with ``measure``: a plugin's)."""
-        from ..rules._registry import OBJECTIVES
+        from ..rules import OBJECTIVES
 
         return (self.objective,) if OBJECTIVES.require(self.objective).measure is not None else ()
 
@@ -260,8 +260,8 @@ def plan_comparison(workload: str, conditions: dict, change: dict, *, attempts: 
 
 def _check_measure(objective: str, supervised: bool) -> None:
     """An objective whose entry measures its figure in each attempt must be one every attempt's process has."""
-    from ..rules._registry import OBJECTIVES
-    from ..workloads._measures import check_measures
+    from ..rules import OBJECTIVES
+    from ..workloads import check_measures
 
     if OBJECTIVES.require(objective).measure is not None:
         try:
@@ -328,8 +328,8 @@ def calibration_identity(workload: str, base: dict, threads: int | None, interle
     ``tracking._calibration.calibration_key`` is its digest.
     """
     from ..tracking import canonical_value
-    from ..tracking._environment import fingerprint
-    from ..workloads._attempt import DEFAULT_STEPS, DEFAULT_WARMUP
+    from ..tracking import fingerprint
+    from ..workloads import DEFAULT_STEPS, DEFAULT_WARMUP
 
     conditions = {key: value for key, value in base.items() if key not in ("repeats", "revision")}
     conditions.setdefault("warmup", DEFAULT_WARMUP)
@@ -351,7 +351,7 @@ def calibrate_command(workload: str, given: dict, base: dict, *, threads: int | 
     comparison); ``warmup`` and ``steps`` are the comparison's, as ``--warmup`` and ``--steps``.
     """
     from ..tracking import canonical_value
-    from ..workloads._attempt import DEFAULT_STEPS, DEFAULT_WARMUP
+    from ..workloads import DEFAULT_STEPS, DEFAULT_WARMUP
 
     parts = ["mlflow-perfgate", "calibrate", "--workload", workload]
     for key, value in given.items():
@@ -392,9 +392,9 @@ def auto_rounds(workload: str, base: dict, policy: Any, *, interleave: str, thre
             calibration was found (the message holds the exact ``calibrate`` command that makes
             one), or the one found lacks the judged figure.
     """
-    from ..rules._calibration import MAX_AUTO_ROUNDS, MAX_ROUNDS, age_text
-    from ..rules._calibration import auto_rounds as plan_rounds
-    from ..tracking._calibration import latest_calibration
+    from ..rules import MAX_AUTO_ROUNDS, MAX_ROUNDS, age_text
+    from ..rules import auto_rounds as plan_rounds
+    from ..tracking import latest_calibration
 
     if policy.method != "paired":
         raise InputError(f"--rounds auto plans the rounds of the paired method's test (a calibration measures the "

@@ -38,7 +38,7 @@ def end_left_running(group: str, experiment_name: str | None, who: str) -> list[
     attempt, another host's and one whose outcome waits in this host's journal are left too.
     ``who`` starts the line said on stderr when any was ended.
     """
-    from ..tracking._maintenance import reap
+    from ..tracking import reap
 
     ended = reap(float("inf"), experiment_name=experiment_name, group=group, attempts_only=True)
     if ended:
@@ -62,7 +62,7 @@ def _outcome(result, conditions: dict, placed: dict | None = None) -> dict:
     """An :class:`AttemptResult` as the arguments of ``log_attempt`` / ``StartedAttempt.finish``
     (``placed``: the fingerprint keys the arm's site sets, its interpreter's versions, its revision)."""
     from ..tracking import METRIC
-    from ..tracking._schema import fit
+    from ..tracking import fit
 
     metrics = {}
     if result.peak_mem_mib is not None:
@@ -123,7 +123,7 @@ class _MemoryCarrier:
     """
 
     def __init__(self, objective: str):
-        from ..rules._registry import OBJECTIVES
+        from ..rules import OBJECTIVES
 
         # carried unless the objective judges the estimate (its entry's metric: memory's, or a plugin's)
         self.enabled = "peak_mem_mib" not in OBJECTIVES.require(objective).metrics

@@ -10,7 +10,7 @@ import contextlib
 import sys
 from typing import Any
 
-from ..rules._errors import InputError
+from ..errors import InputError
 
 
 def runner_for(runner: Any, workload: str, supervised: bool, *, sites: Any = None,
@@ -27,7 +27,7 @@ def runner_for(runner: Any, workload: str, supervised: bool, *, sites: Any = Non
             module found nowhere on the path; before anything runs.
     """
     from ..workloads import RUNNER_KINDS, AttemptRunner, SiteRunner, attempt_runner
-    from ..workloads._names import require_importable
+    from ..workloads import require_importable
 
     try:  # a module off the path, answered before any server or child starts (and without torch)
         if sites is None:  # else found in each arm's worktree or interpreter (_check_workload)
@@ -73,11 +73,11 @@ def _preload_for_decision() -> None:
     """
     import mlflow
 
-    from ..rules._stats import preload_step_quantile
-    from ..tracking._report import preload_plotting
-    from ..tracking._store import _DATABASES, store_scheme
+    from ..rules import preload_step_quantile
+    from ..tracking import preload_plotting
+    from ..tracking import DATABASE_SCHEMES, store_scheme
 
-    if store_scheme(mlflow.get_tracking_uri()) in _DATABASES:
+    if store_scheme(mlflow.get_tracking_uri()) in DATABASE_SCHEMES:
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
     preload_step_quantile()
     preload_plotting()
@@ -97,7 +97,7 @@ def ready_store_while_warming(workload: str, runner: Any, timeout_s: float, *, a
     """
     import mlflow
 
-    from ..tracking._prepare import prepare_new_store
+    from ..tracking import prepare_new_store
 
     prepared = prepare_new_store(mlflow.get_tracking_uri())
     try:

@@ -76,8 +76,51 @@ _RECORDS = {
     "unregister_objective": "_registry",
 }
 
+#: What the product's other layers import from this package: its face, not its public API (``__all__``);
+#: names load on first use, as the public ones do.
+_PRODUCT = {
+    "CALIBRATION_LATENCIES": "_calibration",
+    "CONTROLS": "_suite",
+    "DEFAULT_HORIZONS": "_calibration",
+    "FIXED_CONDITIONS": "_experiment",
+    "InputError": "_errors",
+    "LABELS": "_history",
+    "LATENCIES": "_policy",
+    "LATENCY_KEYS": "_settings",
+    "MAX_AUTO_ROUNDS": "_calibration",
+    "MAX_ROUNDS": "_calibration",
+    "POLICY_SETTINGS": "_policy",
+    "REASONS": "_records",
+    "STEP_FIGURES": "_policy",
+    "SUITE_REASONS": "_suite",
+    "SUITE_SETTINGS": "_suite",
+    "TAIL_SHARE": "_suite",
+    "TESTS": "_history",
+    "VERDICTS": "_records",
+    "age_text": "_calibration",
+    "arm_figures": "_calibration",
+    "auto_rounds": "_calibration",
+    "change_text": "_records",
+    "check_settings": "_policy",
+    "check_unit_interval": "_errors",
+    "detectable_effect": "_calibration",
+    "headline": "_records",
+    "interval_text": "_records",
+    "methods_with_p_values": "_suite",
+    "pct": "_records",
+    "plain": "_records",
+    "power_test": "_calibration",
+    "preload_step_quantile": "_stats",
+    "rounds_needed": "_calibration",
+    "spreads": "_calibration",
+    "step_figures": "_stats",
+    "threshold_settings": "_registry",
+    "to_python": "_scalars",
+    "too_few_to_decide": "_statistical",
+}
+
 __all__ = sorted(_SPEC_AND_RULES)
 
 
-__getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in {**_SPEC_AND_RULES, **_RECORDS}.items()},
-                                    globals())
+_NAMES = {name: f".{module}" for name, module in {**_SPEC_AND_RULES, **_RECORDS, **_PRODUCT}.items()}
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES, globals())

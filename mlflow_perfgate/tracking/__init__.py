@@ -49,10 +49,48 @@ _EXPORTS = {
     "tag_run": "_runs",
 }
 
+#: What the product's other layers import from this package: its face, not its public API (``__all__``);
+#: names load on first use, as the public ones do.
+_PRODUCT = {
+    "DATABASE_SCHEMES": "_store",
+    "UI_ADDRESS": "_schema",
+    "analyze": "_history",
+    "benchmark_lines": "_history",
+    "change_point_line": "_history",
+    "claim_rounds": "_runs",
+    "current_store": "_client",
+    "decisions_frame": "_sqlite_decisions",
+    "default_uri": "_sqlite_decisions",
+    "ensure_reachable": "_probe",
+    "fingerprint": "_environment",
+    "fit": "_schema",
+    "journal_path": "_journal",
+    "judge_entries": "_suite",
+    "latest_calibration": "_calibration",
+    "load_benchmarks": "_history",
+    "log_calibration": "_calibration",
+    "log_series": "_attempts",
+    "mlflow_decision_records": "_queries",
+    "pending": "_journal",
+    "policy_text": "_runs",
+    "preload_plotting": "_report",
+    "prepare_new_store": "_prepare",
+    "read_only": "_store",
+    "reason_text": "_report",
+    "redact_text": "_redact",
+    "require_writable_store": "_store",
+    "retrying": "_client",
+    "scheme_problem": "_store",
+    "short_error": "_client",
+    "start_suite": "_suite",
+    "store_scheme": "_store",
+}
+
 __all__ = sorted([*_EXPORTS, "DECISION_COLUMNS"])
 
 
-_load, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in _EXPORTS.items()}, globals())
+_NAMES = {name: f".{module}" for name, module in {**_EXPORTS, **_PRODUCT}.items()}
+_load, __dir__ = lazy_exports(__name__, _NAMES, globals())
 
 
 def __getattr__(name: str):

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from mlflow.entities import Metric, RunStatus, ViewType
 
-from ..rules._errors import InputError, StoreRefused, StoreUnavailable
+from ..errors import InputError, StoreRefused, StoreUnavailable
 from . import _client, _journal
 from ._inputs import (
     _check_arm,

@@ -21,7 +21,7 @@ from pathlib import Path
 import mlflow
 from mlflow.entities import Metric
 
-from ..rules._errors import InputError
+from ..errors import InputError
 from . import _client
 from ._runs import end_run
 from ._schema import (

@@ -20,7 +20,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.tracking.registry import UnsupportedModelRegistryStoreURIException
 
-from ..rules._errors import InputError, StoreRefused, StoreUnavailable
+from ..errors import InputError, StoreRefused, StoreUnavailable
 from ._probe import _DOWN, _UP, RETRYABLE_STATUS, ensure_reachable, mark_down  # noqa: F401 (_DOWN, _UP: tests)
 from ._redact import redact_text, redact_uri
 from ._store import _READ_ONLY, local_store_path, read_only, require_existing_store, unknown_scheme_text

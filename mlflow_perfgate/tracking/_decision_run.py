@@ -15,8 +15,8 @@ from typing import Any
 
 from mlflow.entities import Metric, RunStatus
 
-from ..rules._errors import StoreRefused, StoreUnavailable
-from ..rules._registry import METHODS
+from ..errors import StoreRefused, StoreUnavailable
+from ..rules import METHODS
 from . import _client, _report, _views
 from ._environment import process_alive, process_identity
 from ._decision_frame import ARM_FIGURES, arm_figure_names, figure_names

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from .. import rules
-from ..rules._errors import InputError, PolicyError
+from ..errors import InputError, PolicyError
 from . import _client, _journal, _reconcile, _report, _views
 from ._decision_run import decision_key, decision_target, discard, reparent, wait_for, write_decision
 from ._environment import ENV_MISMATCH_MODES

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from .. import rules
-from ..rules._registry import METHODS, OBJECTIVES
+from ..rules import METHODS, OBJECTIVES
 from ._group import AttemptView
 
 __all__ = ["Change", "Evaluation", "Judged"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from mlflow.entities import ViewType
 
-from ..rules._errors import InputError
+from ..errors import InputError
 from . import _client
 from ._environment import process_alive
 from ._schema import ARMS, KIND_ATTEMPT, KIND_COMPARISON, KIND_DECISION, METRIC, PARAM, TAG, group_key

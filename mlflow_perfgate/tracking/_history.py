@@ -29,7 +29,7 @@ from typing import Any
 from mlflow.entities import Metric, RunStatus, ViewType
 
 from .. import rules
-from ..rules._errors import InputError
+from ..errors import InputError
 from . import _client, _report
 from ._environment import commit_time as git_commit_time, env_from_tags, is_ancestor
 from ._evaluate import DEFAULT_STALE_AFTER_S
@@ -316,7 +316,7 @@ def history_payload(benchmark: Benchmark, samples: list, points: list, settings:
 
 def label_counts(points: list) -> dict[str, int]:
     """Change points by label (every label of ``rules._history.LABELS``, zeros included)."""
-    from ..rules._history import LABELS
+    from ..rules import LABELS
 
     return {label: sum(point.label == label for point in points) for label in LABELS}
 
@@ -483,7 +483,7 @@ def read_history(run_id: str) -> dict:
     Raises:
         FormatError: a format this version cannot read.
     """
-    from ..rules._errors import FormatError
+    from ..errors import FormatError
 
     payload = json.loads(_report._download(run_id, "history.json"))
     if not isinstance(payload, dict) or payload.get("format_version") != HISTORY_FORMAT:

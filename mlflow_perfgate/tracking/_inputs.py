@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import rules
-from ..rules._errors import InputError
-from ..rules._scalars import to_python
-from ..rules._stats import step_figures
+from ..errors import InputError
+from ..rules import to_python
+from ..rules import step_figures
 from ._environment import ENV_TAG_PREFIX, commit_time as git_commit_time, fingerprint
 from ._schema import (
     ARM_COLORS,

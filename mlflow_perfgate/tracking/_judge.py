@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .. import rules
-from ..rules._errors import EnvironmentMismatch, SingleVariableError
-from ..rules._registry import OBJECTIVES
+from ..errors import EnvironmentMismatch, SingleVariableError
+from ..rules import OBJECTIVES
 from ._environment import compare_fingerprints, env_from_tags
 from ._evaluation import Change, Judged
 from ._group import AttemptView

@@ -10,7 +10,7 @@ import time
 
 from mlflow.entities import RunStatus, ViewType
 
-from ..rules._errors import InputError, StoreRefused, StoreUnavailable
+from ..errors import InputError, StoreRefused, StoreUnavailable
 from . import _client, _journal, _reconcile
 from ._attempts import _experiment_env, clip, held_attempts, write_payload
 from ._environment import process_alive

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ..rules._errors import StoreUnavailable
+from ..errors import StoreUnavailable
 from ._redact import redact_uri
 
 __all__ = ["DOWN_FOR_S", "PROBE_TIMEOUT_S", "RETRYABLE_STATUS", "UP_FOR_S", "ensure_reachable", "mark_down"]

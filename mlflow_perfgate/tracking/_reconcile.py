@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from mlflow.entities import RunStatus
 
-from ..rules._errors import StoreRefused
+from ..errors import StoreRefused
 from . import _client
 from ._environment import process_alive
 from ._group import attempt_state

@@ -17,10 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, NamedTuple
 
-from ..rules._errors import FormatError
-from ..rules._records import REASONS, change_text, headline, interval_text, pct, plain
-from ..rules._policy import LATENCY_KEYS
-from ..rules._registry import METHODS, OBJECTIVES
+from ..errors import FormatError
+from ..rules import REASONS, change_text, headline, interval_text, pct, plain
+from ..rules import LATENCY_KEYS
+from ..rules import METHODS, OBJECTIVES
 from . import _client
 from . import _markdown as md
 from ._schema import ARMS, ARTIFACT_DIR, DECISION_FORMAT, MAX_TAG_VALUE, fit

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from mlflow.entities import Metric, RunStatus
 
-from ..rules._errors import InputError
+from ..errors import InputError
 from . import _client
-from ..rules._errors import StoreRefused
+from ..errors import StoreRefused
 from ._environment import process_alive, process_identity
 from ._schema import (
     KIND_COMPARISON,

@@ -20,8 +20,8 @@ import math
 import re
 from typing import Any
 
-from ..rules._errors import InputError
-from ..rules._scalars import to_python
+from ..errors import InputError
+from ..rules import to_python
 
 __all__ = [
     "ARMS",

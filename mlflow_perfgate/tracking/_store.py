@@ -28,7 +28,7 @@ __all__ = ["BUILTIN_SCHEMES", "local_store_path", "read_only", "require_existing
 #: The schemes MLflow's tracking store registry holds without plugins ("" is a plain path: a file store).
 BUILTIN_SCHEMES = ("", "databricks", "databricks-uc", "file", "http", "https", "mssql", "mysql", "postgresql",
                    "sqlite", "uc")
-_DATABASES = ("postgresql", "mysql", "sqlite", "mssql")
+DATABASE_SCHEMES = ("postgresql", "mysql", "sqlite", "mssql")
 _PLUGIN_GROUP = "mlflow.tracking_store"
 
 _READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("perfgate_read_only", default=False)
@@ -55,7 +55,7 @@ def store_scheme(uri: str) -> str:
     if uri in ("databricks", "databricks-uc", "uc"):
         return uri
     scheme = urllib.parse.urlparse(uri).scheme
-    for database in _DATABASES:
+    for database in DATABASE_SCHEMES:
         if scheme.lower().startswith(database):
             return database
     if len(scheme) == 1 and scheme.isalpha():

@@ -22,9 +22,9 @@ import pandas as pd
 from mlflow.entities import Metric, RunStatus
 
 from .. import rules
-from ..rules._errors import InputError, PerfgateError
-from ..rules._records import REASONS, VERDICTS
-from ..rules._suite import SUITE_REASONS, TAIL_SHARE, SuiteDecision, entry_evidence, suite_gate
+from ..errors import InputError, PerfgateError
+from ..rules import REASONS, VERDICTS
+from ..rules import SUITE_REASONS, TAIL_SHARE, SuiteDecision, entry_evidence, suite_gate
 from . import _client, _report
 from ._decision_run import claim, verdict_name, wait_for
 from ._environment import process_identity
@@ -385,7 +385,7 @@ def read_suite(run_id: str) -> dict:
     Raises:
         FormatError: a format this version cannot read.
     """
-    from ..rules._errors import FormatError
+    from ..errors import FormatError
 
     text = _report._download(run_id, "suite.json")
     try:

@@ -44,9 +44,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..rules._errors import StoreError
-from ..rules._policy import LATENCY_KEYS, STEP_FIGURES
-from ..rules._records import plain
+from ..errors import StoreError
+from ..rules import LATENCY_KEYS, STEP_FIGURES
+from ..rules import plain
 from . import _client
 from ._evaluation import Evaluation
 from ._group import AttemptView, group_filter

@@ -49,6 +49,24 @@ _EXPORTS = {
     "shape": "_conditions",
 }
 
+#: What the product's other layers import from this package: its face, not its public API (``__all__``);
+#: names load on first use, as the public ones do.
+_PRODUCT = {
+    "ATTRIBUTE": "_declared",
+    "DEFAULT_STEPS": "_attempt",
+    "DEFAULT_WARMUP": "_attempt",
+    "DeclarationUnreadable": "_declared",
+    "INTERLEAVE_REFUSED": "_interleave",
+    "WorkloadRefused": "_attempt",
+    "check_measures": "_measures",
+    "declared_conditions": "_declared",
+    "parse_int": "_conditions",
+    "probe_python": "_site",
+    "require_importable": "_names",
+    "workload_target": "_names",
+}
+
 __all__ = sorted(_EXPORTS)
 
-__getattr__, __dir__ = _lazy_exports(__name__, {name: f".{module}" for name, module in _EXPORTS.items()}, globals())
+_NAMES = {name: f".{module}" for name, module in {**_EXPORTS, **_PRODUCT}.items()}
+__getattr__, __dir__ = _lazy_exports(__name__, _NAMES, globals())

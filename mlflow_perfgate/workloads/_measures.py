@@ -12,8 +12,8 @@ import math
 from types import MappingProxyType
 from typing import Any, Iterable
 
-from ..rules._registry import OBJECTIVES
-from ..rules._scalars import to_python
+from ..rules import OBJECTIVES
+from ..rules import to_python
 
 __all__ = ["check_measures", "measure_figures"]
 
