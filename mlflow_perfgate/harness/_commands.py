@@ -128,7 +128,7 @@ def compare(
     return Comparison(plan).run()
 
 
-# --- Issue 14, point 3: a compute hotspot proposes bf16 only where the device computes it natively.
+# --- the change a diagnosis proposes: bf16 only where the device computes it natively ------------
 
 def candidate_change_for(synthesis: dict, baseline: dict) -> dict | None:
     """The single change a hypothesis calls for (documented in docs/explanation/decisions.md).

@@ -111,7 +111,7 @@ def _finish(started, result, conditions: dict, mem_estimate_from: str | None = N
 
 
 class _MemoryCarrier:
-    """Each arm's CPU memory estimate, made once per comparison where nothing judges it (issue 26).
+    """Each arm's CPU memory estimate, made once per comparison where nothing judges it.
 
     On the CPU the memory record is an estimate computed from the conditions (the bytes of the
     parameters, gradients and optimizer state, and of what autograd saves on the probe batch),

@@ -11,9 +11,9 @@ rounds' log ratios ``d = log(candidate) - log(baseline)``:
   round?), ``scipy.stats.wilcoxon``: exact for noise symmetric about no change, so its
   false-accept rate is at most ``alpha`` at any number of rounds. Below its floor (at ``alpha =
   0.02`` it needs 6 rounds: 5 give at best p = 1/32) it cannot accept, and the comparison says
-  so before it runs (:func:`_statistical.too_few_to_decide`). (An earlier release let a
-  one-sided t-test stand in below the floor; on 5 identical rounds it accepted up to 2^-5 =
-  3.1% of them whatever alpha said, so it is gone.)
+  so before it runs (:func:`_statistical.too_few_to_decide`). No other test stands in below
+  the floor: a one-sided t-test on 5 identical rounds accepts up to 2^-5 = 3.1% of them
+  whatever alpha says.
 - the one-sample Hodges-Lehmann estimate of the typical ratio (the median of the Walsh
   averages of ``d``) with its distribution-free signed-rank interval (Hollander and Wolfe,
   section 3.2), exponentiated to a ratio candidate / baseline;
