@@ -375,7 +375,7 @@ def _entry_policy(merged: dict, where: str):
     if policy.objective == "latency" and not METHODS.require(policy.method).statistical:
         raise PolicyError(f"{where}: the {policy.method} method gives no p-value; a suite's error control needs a "
                           f"statistical method for a latency entry: method = one of {methods_with_p_values()}")
-    return policy
+    return policy.settled()  # an entry says how it is judged: nothing is filled in from a recorded run
 
 
 def _check_entry_change(change, workload: str, conditions: dict, attempts: int, interleave: str, policy,

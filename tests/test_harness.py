@@ -443,6 +443,31 @@ def test_evaluate_without_a_mode_asks_the_comparison_s_question(sqlite_uri):
     assert asked["mode"] == "improvement" and "improvement_ok" in asked["messages"]
 
 
+def test_one_policy_travels_from_the_caller_to_the_decision(sqlite_uri):
+    """A Policy given to compare is the one the decision is made by: what it was given is judged as
+    given, what it left out is configured (the method here), and nothing else is read back; given
+    beside the options it holds, or beside another objective, it is refused before anything runs.
+    A later evaluate with a Policy that leaves the mode out asks the comparison's own question; a
+    settled one is judged exactly as it is."""
+    policy = pg.rules.Policy(mode="non_regression", margin=0.3, min_valid_runs=2)
+    assert policy.given == {"mode", "margin", "min_valid_runs"}
+    result = compare("tinylm", TINY, {"checkpoint": True}, attempts=3, supervised=False, progress=False,
+                     env_mismatch="warn", policy=policy, group="carried", until_decisive=False,
+                     allow_undecidable=True)
+    assert (result["mode"], result["margin"], result["method_asked"]) == ("non_regression", 0.3, "paired")
+    tags = MlflowClient().get_run(result["comparison_run_id"]).data.tags
+    assert json.loads(tags[TAG.POLICY])["method"] == "paired"  # configured, since the policy left it out
+    for wrong, said in (({"method": "robust"}, "give either policy or the options it holds"),
+                        ({"objective": "memory", "policy": policy.replace(objective="latency")}, "disagree")):
+        with pytest.raises(pg.errors.InputError, match=said):
+            compare("tinylm", TINY, {"checkpoint": True}, attempts=3, supervised=False, progress=False,
+                    **{"policy": policy, **wrong})
+    again = pg.evaluate_group("carried", env_mismatch="warn", policy=pg.rules.Policy(min_valid_runs=2))
+    assert (again["mode"], again["margin"], again["method_asked"]) == ("non_regression", 0.3, "paired")
+    settled = pg.evaluate_group("carried", env_mismatch="warn", policy=pg.rules.Policy(min_valid_runs=2).settled())
+    assert (settled["mode"], settled["method_asked"]) == ("improvement", "seed")
+
+
 def test_a_factory_s_declared_conditions_are_recorded_and_a_set_that_disagrees_is_refused(sqlite_uri, tmp_path,
                                                                                        monkeypatch):
     """One flag for your own workload: the factory declares its fixed conditions beside its code

@@ -120,5 +120,8 @@ def test_latency_is_a_decision_option_of_every_deciding_command():
         assert "--latency [raw|uncontended|fastest|p10]" in text and default in text, command
     refused = runner.invoke(cli, ["evaluate", "--group", "g", "--latency", "quiet"])
     assert refused.exit_code == 2 and "'quiet' is not one of 'raw', 'uncontended', 'fastest', 'p10'" in refused.output
-    assert collect_policy({"latency": "uncontended", "method": "robust"}) == {"latency": "uncontended",
-                                                                             "method": "robust"}
+    collected = collect_policy({"latency": "uncontended", "method": "robust", "mode": None, "env_mismatch": "warn"})
+    policy = collected.pop("policy")
+    assert collected == {"env_mismatch": "warn"}
+    # one Policy from the command line: what was typed is its given; the rest is left to be configured
+    assert (policy.latency, policy.method, policy.given) == ("uncontended", "robust", {"latency", "method"})

@@ -12,7 +12,7 @@ from ._common import _conditions, guarded
 from ._group import cli
 from ..rules import METHODS
 
-from ._options import RegistryChoice, _setting_option, collect_policy
+from ._options import RegistryChoice, _setting_option, policy_options
 
 
 def history_options(func):
@@ -97,7 +97,7 @@ def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, n
     if bisect_range:
         if workload is None:
             raise click.UsageError("--bisect needs --workload (the factory that runs a revision's code)")
-        thresholds = collect_policy({"extra_thresholds": extra_thresholds})
+        thresholds = policy_options({"extra_thresholds": extra_thresholds})
         from mlflow_perfgate.history import bisect
 
         good, bad = bisect_range

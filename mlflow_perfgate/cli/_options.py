@@ -162,17 +162,13 @@ def decision_options(func=None, *, configured: bool = False):
     return func
 
 
-def collect_policy(kwargs: dict) -> dict:
-    """Pop the decision options from a command's kwargs, and validate them as a ``Policy`` (no store read).
-
-    Returns:
-        The options given (``None`` ones left out), for ``evaluate_group`` / ``compare``.
+def policy_options(kwargs: dict) -> dict:
+    """Pop the decision options from a command's kwargs: those given (``None`` ones left out), by name.
 
     Raises:
-        PolicyError: a value out of its range or a combination no method judges.
+        click.BadParameter: a ``--threshold`` that names no threshold, is given twice or is no number.
     """
-    from mlflow_perfgate.rules import POLICY_SETTINGS, Policy
-    from mlflow_perfgate.rules import threshold_settings
+    from mlflow_perfgate.rules import POLICY_SETTINGS, threshold_settings
 
     settings = threshold_settings()
     names = ["method", "mode", "objective", "latency", *(s.name for s in POLICY_SETTINGS), *settings]
@@ -188,7 +184,24 @@ def collect_policy(kwargs: dict) -> dict:
             collected[name] = int(text) if settings[name].integer else float(text)
         except ValueError:
             raise click.BadParameter(f"{name}={text!r} is not a number", param_hint="--threshold") from None
-    Policy(**{"objective": "latency", **collected})
+    return collected
+
+
+def collect_policy(kwargs: dict) -> dict:
+    """Pop the decision options from a command's kwargs as one ``Policy``, made and checked here (no store
+    read, nothing heavy imported) and carried to the decision.
+
+    Returns:
+        ``{"policy": Policy}`` (its ``given``: the options on the command line; the others are
+        configured, or read from the recorded comparison, downstream), with ``env_mismatch``
+        where the command has it: the keywords of ``evaluate_group`` and ``compare``.
+
+    Raises:
+        PolicyError: a value out of its range or a combination no method judges.
+    """
+    from mlflow_perfgate.rules import Policy
+
+    collected = {"policy": Policy(**policy_options(kwargs))}
     if "env_mismatch" in kwargs:
         collected["env_mismatch"] = kwargs.pop("env_mismatch")
     return collected

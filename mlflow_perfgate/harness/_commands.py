@@ -112,7 +112,10 @@ def compare(
             pipeline): by default a new group planned below ``min_valid_runs`` attempts per arm,
             or below the fewest with which its method can accept, is refused before anything
             runs (an :class:`InputError` saying how many are needed).
-        **evaluate_kwargs: thresholds and options for ``evaluate_group``.
+        **evaluate_kwargs: thresholds and options for ``evaluate_group``, or ``policy``, a
+            :class:`~mlflow_perfgate.rules.Policy` holding them (the command line's: made and
+            checked once, where the options are read); what it was not given (``policy.given``)
+            is configured as for keywords left out.
 
     Returns:
         ``evaluate_group``'s result, with ``comparison_run_id`` (and ``rounds_auto``, the plan
@@ -394,6 +397,8 @@ def pipeline(
         ready_store_while_warming(workload, active, timeout_s)  # a new store's tables, during the warm-up
         parent = os.environ.get("MLFLOW_RUN_ID") or None
         chosen_objective = evaluate_kwargs.pop("objective", None)
+        if evaluate_kwargs.get("policy") is not None and "objective" in evaluate_kwargs["policy"].given:
+            chosen_objective = evaluate_kwargs["policy"].objective
         report = diagnose(workload, conditions, attempts=attempts, capacity_mib=capacity_mib,
                           experiment_name=experiment_name, steps=steps, parent_run_id=parent,
                           supervised=supervised, timeout_s=timeout_s, threads=evidence_threads, runner=active)

@@ -194,6 +194,29 @@ class Plan:
         return (self.objective,) if OBJECTIVES.require(self.objective).measure is not None else ()
 
 
+def _given_policy(evaluate_kwargs: dict, objective: str | None) -> tuple[Any, str]:
+    """The :class:`~mlflow_perfgate.rules.Policy` a caller gave (``policy=``, popped from
+    ``evaluate_kwargs``; ``None`` when the options came as keywords), and the objective judged.
+
+    Raises:
+        InputError: a policy beside options it holds, or beside another objective.
+    """
+    given = evaluate_kwargs.pop("policy", None)
+    if given is None:
+        return None, objective or "latency"
+    if not isinstance(given, rules.Policy):
+        raise InputError(f"policy must be a mlflow_perfgate.Policy, got {type(given).__name__}")
+    also = sorted(name for name, value in evaluate_kwargs.items() if name != "env_mismatch" and value is not None)
+    if also:
+        raise InputError(f"give either policy or the options it holds, not both: got policy and {also}; use "
+                         "policy.replace(...) to change them")
+    if objective is not None and objective != given.objective:
+        if "objective" in given.given:
+            raise InputError(f"objective {objective!r} and the policy's objective {given.objective!r} disagree: give one")
+        given = given.replace(objective=objective)  # a pipeline's: the diagnosis chose it
+    return given, given.objective
+
+
 def plan_comparison(workload: str, conditions: dict, change: dict, *, attempts: int, objective: str | None,
                      until_decisive: bool, max_attempts: int | None, interleave: str, supervised: bool, runner: Any,
                      hypothesis: str, evaluate_kwargs: dict, **rest: Any) -> Plan:
@@ -207,12 +230,13 @@ def plan_comparison(workload: str, conditions: dict, change: dict, *, attempts: 
         raise InputError(f"attempts must be a positive integer or 'auto', got {attempts!r}")
     if interleave is not None and interleave not in INTERLEAVE_MODES:
         raise InputError(f"interleave must be one of {list(INTERLEAVE_MODES)}, got {interleave!r}")
-    objective = objective or "latency"
+    given, objective = _given_policy(evaluate_kwargs, objective)
+    asked = evaluate_kwargs if given is None else {name: getattr(given, name) for name in given.given}
     one = isinstance(change, dict) and len(change) == 1
     base = base_conditions(workload, conditions, 1)
     configuration = configure(
-        objective, evaluate_kwargs.get("mode") or "improvement", str(next(iter(change))) if one else None, base,
-        method=evaluate_kwargs.get("method"), latency=evaluate_kwargs.get("latency"), interleave=interleave,
+        objective, asked.get("mode") or "improvement", str(next(iter(change))) if one else None, base,
+        method=asked.get("method"), latency=asked.get("latency"), interleave=interleave,
         threads=rest.get("threads"), attempts=attempts,
         steps_given=not isinstance(conditions, dict) or "steps" in conditions, supervised=supervised, runner=runner,
         until_decisive=until_decisive, resume=bool(rest.get("resume")))
@@ -228,8 +252,13 @@ def plan_comparison(workload: str, conditions: dict, change: dict, *, attempts: 
         max_attempts = cap * attempts if max_attempts is None else max_attempts
         if type(max_attempts) is not int or max_attempts < attempts:
             raise InputError(f"max_attempts must be an integer >= attempts ({attempts}), got {max_attempts!r}")
-    policy_options = {k: v for k, v in evaluate_kwargs.items() if k != "env_mismatch"}
-    policy = rules.Policy(objective=objective, **policy_options)  # every option checked before anything runs
+    if given is None:  # every option checked before anything runs, once
+        policy = rules.Policy(objective=objective, **{k: v for k, v in evaluate_kwargs.items() if k != "env_mismatch"})
+    elif (given.method, given.latency) == (configuration.method, configuration.latency):
+        policy = given  # checked where it was made (the command line): judged by as it is
+    else:  # the configuration decided what it left out
+        policy = given.replace(method=configuration.method, latency=configuration.latency)
+    policy = policy.settled()  # the comparison's decision reads nothing back from its run
     if one:  # why steps cannot share a process, before the fixed keys
         check_interleave(interleave, str(next(iter(change))), base, objective, supervised, runner)
     base = with_declared_conditions(workload, base, change)

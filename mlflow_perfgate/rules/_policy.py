@@ -38,10 +38,14 @@ class Policy:
     thresholds are the specification's five plus those of every registered objective; unknown
     names are refused.
 
+    Every argument left out (or ``None``) takes its default; the names given are :attr:`given`,
+    so that a decision of a recorded comparison fills the others from how the comparison was
+    planned (``evaluate_group``), as it does for options left off the command line.
+
     Args:
-        method: a registered method (``seed``, ``robust``, ...).
-        mode: ``improvement`` or ``non_regression``.
-        objective: a registered objective (``latency``, ``memory``, ``throughput``, ...).
+        method: a registered method (``seed``, the default; ``robust``, ...).
+        mode: ``improvement`` (the default) or ``non_regression``.
+        objective: a registered objective (``latency``, the default; ``memory``, ``throughput``, ...).
         margin: the slowdown tolerated in ``non_regression`` mode, >= 0.
         alpha: the one-sided level of the statistical methods, in (0, 1).
         confidence: the confidence of their ratio interval, in (0, 1).
@@ -62,13 +66,19 @@ class Policy:
             registered methods do not judge, or a value out of its range.
     """
 
-    __slots__ = ("method", "mode", "objective", "margin", "alpha", "confidence", "latency", "_thresholds")
+    __slots__ = ("method", "mode", "objective", "margin", "alpha", "confidence", "latency", "_thresholds", "_given")
 
-    def __init__(self, *, method: str = "seed", mode: str = "improvement", objective: str = "latency",
+    def __init__(self, *, method: str | None = None, mode: str | None = None, objective: str | None = None,
                  margin: float | None = None, alpha: float | None = None, confidence: float | None = None,
                  latency: str | None = None, **thresholds: Any):
         from ._registry import METHODS, OBJECTIVES, threshold_settings
 
+        given = frozenset(name for name, value in (("method", method), ("mode", mode), ("objective", objective),
+                                                   ("margin", margin), ("alpha", alpha), ("confidence", confidence),
+                                                   ("latency", latency), *thresholds.items()) if value is not None)
+        method = "seed" if method is None else method
+        mode = "improvement" if mode is None else mode
+        objective = "latency" if objective is None else objective
         options = {"margin": to_python(margin), "alpha": to_python(alpha), "confidence": to_python(confidence)}
         options = {name: _OPTIONS[name].default if value is None else value for name, value in options.items()}
         thresholds = {name: to_python(value) for name, value in thresholds.items()}
@@ -98,6 +108,7 @@ class Policy:
         for name, value in options.items():
             set_(self, name, value)
         set_(self, "_thresholds", MappingProxyType(values))
+        set_(self, "_given", given)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"a Policy is immutable; use policy.replace({name}=...)")
@@ -137,9 +148,27 @@ class Policy:
         return {"method": self.method, "mode": self.mode, "objective": self.objective, "margin": self.margin,
                 "alpha": self.alpha, "confidence": self.confidence, "latency": self.latency, **self._thresholds}
 
+    @property
+    def given(self) -> frozenset[str]:
+        """The options its maker decided (named and not ``None``); the others are defaults."""
+        return self._given
+
     def replace(self, **changes: Any) -> "Policy":
-        """A new, validated policy with ``changes`` applied."""
-        return Policy(**{**self.options(), **changes})
+        """A new, validated policy with ``changes`` applied (given beside those this one was given)."""
+        new = Policy(**{**self.options(), **changes})
+        return new._deciding(self._given | {name for name, value in changes.items() if value is not None})
+
+    def settled(self) -> "Policy":
+        """This policy with every option decided: judged as it is, nothing filled in from a recorded
+        comparison (what a comparison's own decision is made by). Not validated again."""
+        return self._deciding(frozenset(self.options()))
+
+    def _deciding(self, given: frozenset) -> "Policy":
+        new = object.__new__(Policy)
+        for slot in Policy.__slots__:
+            object.__setattr__(new, slot, object.__getattribute__(self, slot))
+        object.__setattr__(new, "_given", frozenset(given))
+        return new
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Policy) and self.options() == other.options()
@@ -149,7 +178,7 @@ class Policy:
 
     def __reduce__(self):
         # pickled by its options (a suite entry travels to a Ray node): the slots are read-only
-        return _from_options, (self.options(),)
+        return _from_options, (self.options(), sorted(self._given))
 
     def __repr__(self) -> str:
         return "Policy(" + ", ".join(f"{key}={value!r}" for key, value in self.options().items()) + ")"
@@ -162,5 +191,6 @@ def _plugin_hint(kind: str) -> str:
             f"'mlflow_perfgate.{kind}s')")
 
 
-def _from_options(options: dict) -> Policy:
-    return Policy(**options)
+def _from_options(options: dict, given=None) -> Policy:
+    policy = Policy(**options)
+    return policy if given is None else policy._deciding(frozenset(given))

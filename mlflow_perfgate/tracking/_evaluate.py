@@ -146,8 +146,11 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
             information fraction the comparison's earlier looks spent (``compare --until-decisive``
             passes it; read from ``perfgate.look_previous_fraction`` with the look).
         dry_run: judge without writing anything (the interim looks of a sequential comparison).
-        policy: a :class:`~mlflow_perfgate.rules.Policy` instead of the options above (its
-            objective is used as given).
+        policy: a :class:`~mlflow_perfgate.rules.Policy` instead of the options above. The
+            options it was given (``policy.given``) are judged as given; those it left to their
+            defaults are filled from the group's comparison run as the options above are (its
+            objective, configured method and latency, planned mode and margin); a
+            ``policy.settled()`` is judged exactly as it is.
         latency: ``raw`` (default: each attempt's ``latency_ms``), ``uncontended`` (its
             ``uncontended_latency_ms`` where it has one), ``fastest`` (its ``fastest_step_ms``,
             the fastest measured step) or ``p10`` (its ``step_p10_ms``, the 10th percentile of
@@ -190,8 +193,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         if given:  # the policy says all of it: an option beside it would be ignored without a word
             raise PolicyError(f"give either policy or the options it holds, not both: got policy and "
                               f"{sorted(given)}; use policy.replace(...) to change them")
-        objective_given = True
-        configured = {}
+        objective_given = "objective" in policy.given  # what its maker left out: as the keywords left out
+        configured = {name: name not in policy.given for name in ("method", "latency", "mode", "margin")}
     mlflow_client = _client.client()
     experiment_id = _client.resolve_experiment(mlflow_client, experiment_name, create=False)
     found = load(group, experiment_id, mlflow_client, stale_after_s=stale_after_s)
