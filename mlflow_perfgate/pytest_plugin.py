@@ -32,6 +32,13 @@ verdict within the suite:
 - a declaration the product refuses (an unknown objective, a change of two variables) fails its
   test with the product's message; the others still run.
 
+With ``--perfgate-against REV`` each declared comparison asks instead whether the working tree
+is no slower than revision ``REV`` (:func:`against`): its candidate (the declared change applied)
+runs from the working tree, uncommitted changes included, and from a git worktree of ``REV``, one
+child per arm in lockstep, judged in ``non_regression`` mode; a branch is gated against ``main``
+in one session, as pytest-benchmark's ``--benchmark-compare`` does against a saved run, without
+the drift of a baseline measured hours earlier. The inline fixture's comparisons are unchanged.
+
 The session ends with a table: each test, its verdict, the ratio candidate / baseline with its
 interval (the statistical methods; the seed method's observed improvement), its decision run.
 """
@@ -51,7 +58,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["MARKER", "Outcome", "declaration", "declares"]
+__all__ = ["MARKER", "Outcome", "against", "declaration", "declares"]
 
 #: The marker that declares a comparison, and the fixture that reads its outcome.
 MARKER = "perfgate"
@@ -84,6 +91,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="The error rate of the suite's rejects across its tests [0.05].")
     group.addoption("--perfgate-control", choices=("holm", "bh"), default=None,
                     help="holm: family-wise error (a gate, the default); bh: false-discovery rate.")
+    group.addoption("--perfgate-against", default=None, metavar="REV",
+                    help="Run each declared comparison's candidate from the working tree (uncommitted changes "
+                         "included) against the same candidate at git revision REV (a branch, tag or sha), one child "
+                         "per arm in lockstep, asking whether the working tree is no slower (non_regression, the "
+                         "marker's margin): a branch gated against main in one session.")
     group.addoption("--perfgate-rerun", choices=("report", "fail"), default="report",
                     help="What a rerun verdict does to its test: report (its own outcome, RERUN; the default) "
                          "or fail.")
@@ -95,6 +107,8 @@ def pytest_configure(config: pytest.Config) -> None:
                    "comparison of mlflow-perfgate, run with --perfgate (the keys of a suite entry; baseline= and "
                    "candidate= for two callables)")
     if not config.getoption("perfgate"):
+        if config.getoption("perfgate_against") is not None:
+            raise pytest.UsageError("--perfgate-against runs the declared comparisons: give --perfgate too")
         return
     uri = config.getoption("perfgate_tracking_uri")
     from .tracking import scheme_problem  # no mlflow
@@ -102,6 +116,17 @@ def pytest_configure(config: pytest.Config) -> None:
     problem = scheme_problem(uri if uri is not None else os.environ.get("MLFLOW_TRACKING_URI"))
     if problem:  # one line now, not a failure of every comparison later
         raise pytest.UsageError(f"{'--perfgate-tracking-uri' if uri is not None else 'MLFLOW_TRACKING_URI'}: {problem}")
+    against = config.getoption("perfgate_against")
+    if against is not None:  # a revision git cannot resolve: one line now, before anything runs
+        from .errors import InputError
+        from .sites import git
+
+        try:
+            git("rev-parse", "--verify", "--quiet", f"{against}^{{commit}}",
+                what=f"--perfgate-against {against}: resolving it in the working directory's repository")
+        except InputError as exc:
+            raise pytest.UsageError(f"{exc}: give a branch, tag or sha of this repository (git fetch it first if it "
+                                    "is remote)") from None
     gate = _Gate(config)
     from .errors import PerfgateError
     from .suite import parse_suite
@@ -318,6 +343,27 @@ def declaration(item: pytest.Item) -> dict:
     return entry
 
 
+def against(entry: dict, revision: str) -> dict:
+    """A declared entry as ``--perfgate-against REVISION`` runs it: its candidate (the fixed conditions with
+    the declared change applied: the code as the test means it to run now) at ``revision`` as the
+    baseline, and the same from the working tree as the candidate (``revision = working-tree``,
+    :data:`mlflow_perfgate.sites.WORKING_TREE`), asked whether the working tree is no slower
+    (``non_regression``; the marker's margin and thresholds kept).
+
+    Raises:
+        ValueError: the declaration already places its arms (``revision`` or ``python``).
+    """
+    from .sites import WORKING_TREE
+
+    conditions = {**(entry.get("set") or {}), **dict(entry["change"])}
+    placed = sorted(key for key in ("revision", "python") if key in conditions)
+    if placed:
+        raise ValueError(f"the comparison declares {placed[0]} itself, and --perfgate-against places its arms at "
+                         f"{revision} and the working tree: run it without --perfgate-against")
+    return {**entry, "set": {**conditions, "revision": revision}, "change": {"revision": WORKING_TREE},
+            "mode": "non_regression"}
+
+
 def module_root(path: str, name: str) -> str:
     """The folder a module was imported from (the ``sys.path`` entry that finds it): its file, less its dotted name."""
     root = os.path.dirname(os.path.abspath(path))
@@ -366,6 +412,7 @@ class _Gate:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.suite_name: str = config.getoption("perfgate_suite")
+        self.against: str | None = config.getoption("perfgate_against")
         self.session = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(2).hex()
         self.declared: dict[str, pytest.Item] = {}
         self.refused: dict[str, str] = {}
@@ -567,6 +614,8 @@ class _Gate:
             source = f"@pytest.mark.{MARKER}"
             try:
                 entry = {"name": nodeid, "group": f"{self.suite_name}/{self.session}/{nodeid}", **declaration(item)}
+                if self.against is not None:
+                    entry = against(entry, self.against)
                 parse_suite({"suite": self.head(), "entry": [entry]}, source=source)
             except (PerfgateError, ValueError) as exc:
                 message = str(exc)
@@ -582,7 +631,9 @@ class _Gate:
 
         spec = parse_suite({"suite": self.head(), "entry": entries}, source=f"@pytest.mark.{MARKER}")
         self._say(f"perfgate: running {len(entries)} comparison{'s' if len(entries) > 1 else ''} as suite "
-                  f"{spec.name!r} (groups {spec.name}/{self.session}/...)")
+                  f"{spec.name!r} (groups {spec.name}/{self.session}/...)"
+                  + ("" if self.against is None else f": each candidate from the working tree against {self.against}"
+                                                     ", no slower?"))
         verbose = self.config.get_verbosity() > 0
 
         def on_attempt(label: str, result) -> None:

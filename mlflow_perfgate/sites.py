@@ -9,6 +9,10 @@ runner reads them, not the factory:
   checkout moved into the worktree: ``--workload bench:make`` imports each revision's own
   ``bench.py``. A factory that finds its code itself reads the worktree with
   :func:`mlflow_perfgate.history.revision_worktree`. The condition is recorded as the full sha.
+  The value :data:`WORKING_TREE` (``working-tree``) is the checkout itself, uncommitted changes
+  included: that arm's children run here (no worktree), and its fingerprint's ``git_revision``
+  is the checkout's ``HEAD``; ``--set revision=main --change revision=working-tree`` gates what
+  you have not committed yet against ``main``.
 - ``python``: an interpreter (a path, or a name on ``PATH``): each arm's children run in it,
   another virtual environment with its own torch, say. It needs torch and what the workload
   imports; this package's child side comes from here (``workloads._site``). Recorded as the
@@ -32,10 +36,12 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["SITE_CONDITIONS", "WORKTREES_ENV", "ArmSites", "arm_sites", "git", "worktree_root"]
+__all__ = ["SITE_CONDITIONS", "WORKING_TREE", "WORKTREES_ENV", "ArmSites", "arm_sites", "git", "worktree_root"]
 
 #: The conditions that place an arm's children (read by the runner, never by the factory).
 SITE_CONDITIONS = ("revision", "python")
+#: The ``revision`` of the checkout in the working directory as it is, uncommitted changes included.
+WORKING_TREE = "working-tree"
 #: The folder holding one git worktree per revision (``<folder>/<sha>``), set for the children of a
 #: comparison of revisions (and of ``history --bisect``).
 WORKTREES_ENV = "MLFLOW_PERFGATE_WORKTREES"
@@ -170,7 +176,13 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
         for arm, conditions in arms.items():
             site, recorded, environment, labels = here, {}, {}, []
             revision = conditions.get("revision")
-            if revision not in (None, ""):
+            working = str(revision) == WORKING_TREE
+            if working:  # the checkout as it is: its children run here
+                head = _resolve(top, "HEAD", arm)
+                dirty = bool(git("status", "--porcelain", "--untracked-files=no", cwd=top))
+                recorded["revision"], environment["git_revision"] = WORKING_TREE, head
+                labels.append(f"the working tree (HEAD {head[:12]}{', with uncommitted changes' if dirty else ''})")
+            elif revision not in (None, ""):
                 sha = _resolve(top, str(revision), arm)
                 path, made = checkout(top, sha)
                 if made:
@@ -191,7 +203,7 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
                 recorded["python"] = path
                 environment.update({"python": found["python"], "torch": found["torch"]})
                 labels.append(f"python {path} (Python {found['python']}, torch {found['torch']})")
-            result.sites[_key({**conditions, **recorded})] = site if (revision or python) else None
+            result.sites[_key({**conditions, **recorded})] = site if (python or (revision and not working)) else None
             result.conditions[arm] = recorded
             result.environment[arm] = environment
             result.labels[arm] = ", ".join(labels) or "here"

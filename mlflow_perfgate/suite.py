@@ -40,8 +40,11 @@ table of any registered threshold), ``attempts``, ``until_decisive``, ``max_atte
 ``fastest``, ``p10``: the figure the rules judge), ``interleave`` (within the entry, as ``compare
 --interleave``: ``attempts``; ``steps``: one child a round holding both arms, their measured
 steps interleaved; ``lockstep``: one child per arm and round, their measured steps alternated;
-not the ``[suite]`` key, which orders the entries), ``env_mismatch``. An entry runs its arms here:
-``revision`` and ``python`` (a revision's worktree, another interpreter) are ``compare``'s.
+not the ``[suite]`` key, which orders the entries), ``env_mismatch``. ``revision`` and ``python``
+place an entry's arms as they place ``compare``'s (a revision's worktree, ``working-tree`` for the
+checkout as it is, another interpreter; :mod:`mlflow_perfgate.sites`), in lockstep rounds on a
+runner of the entry's own; the worktrees go when the suite ends (not on a Ray node: its entries
+run in the node's working directory).
 
 An entry that runs takes ``compare``'s defaults for what it leaves out (``harness.configure``):
 the paired method on ``p10``, steps interleaved, one thread, 10 rounds of 30 measured steps,
@@ -309,12 +312,6 @@ def _entry(item: Any, defaults: dict, suite_name: str, source: str, position: in
     if interleave is not None and interleave not in ("attempts", "steps", "lockstep", "duet"):
         raise InputError(f"{where}: interleave must be one of ['attempts', 'steps', 'lockstep', 'duet'] (within the "
                          f"entry; the [suite] key orders the entries), got {interleave!r}")
-    placed = [key for key in ("revision", "python")
-              if key in merged["set"] or (isinstance(change, dict) and key in change)]
-    if placed:
-        raise InputError(f"{where}: a suite entry runs its arms here, and {placed[0]} places them elsewhere (a revision's "
-                         f"worktree, another interpreter): compare it on its own with mlflow-perfgate compare "
-                         f"--set {placed[0]}=... --change {placed[0]}=...")
     configuration = None
     if change is not None:  # an entry that runs: compare's defaults, per entry (harness.configure)
         from .harness import base_conditions, configure
@@ -425,6 +422,8 @@ class _Entry:
                      allow_undecidable=False, progress=False, on_attempt=None, evaluate_kwargs={},
                      configuration=spec.configuration)
         self.rounds = Comparison(plan)
+        self.rounds.place_arms()  # a revision's worktree, another interpreter: checked and made before anything runs
+        runners.hold(self.rounds.sites)
         self.rounds.attach(group=spec.group, held=held, runner=None, who=f"suite entry {spec.name!r}")
         self.comparison_id = self.rounds.comparison_id
         self.done = held["attempts"] // 2
@@ -436,7 +435,7 @@ class _Entry:
 
     @property
     def runner(self):
-        return self._runners(self.spec) if self.spec.supervised else None
+        return self._runners(self.spec, self.rounds.sites) if self.spec.supervised else None
 
     def run_round(self, per_arm: int, on_attempt: Callable[[str, Any], None] | None = None) -> None:
         """``per_arm`` attempts of each arm in ABBA order, each recorded as it ends (``compare``'s blocks).
@@ -466,27 +465,45 @@ class _Entry:
 
 
 class _Runners:
-    """One attempt runner per (workload, kind), shared by the entries that run them; closed at the end."""
+    """One attempt runner per (workload, kind), shared by the entries that run them, and one of its own for an
+    entry whose arms run elsewhere (a revision's worktree, another interpreter); closed at the end, and the
+    entries' worktrees removed."""
 
     def __init__(self):
-        self._open: dict[tuple[str, str], Any] = {}
+        self._open: dict[tuple, Any] = {}
+        self._sites: list = []
 
-    def __call__(self, spec: EntrySpec):
+    def __call__(self, spec: EntrySpec, sites: Any = None):
         from .harness import LOCKSTEP_MODES
         from .workloads import SiteRunner, attempt_runner
 
         lockstep = spec.interleave in LOCKSTEP_MODES  # one child per arm: a runner per arm
+        if sites is not None:  # the entry's own: its arms' sites are its own
+            key = ("sites", spec.name)
+            if key not in self._open:
+                self._open[key] = SiteRunner(spec.runner, spec.workload, site_of=sites.site_of,
+                                             sites=(sites.of("baseline"), sites.of("candidate")), lockstep=lockstep)
+            return self._open[key]
         key = (spec.workload, spec.runner, lockstep)
         if key not in self._open:
             self._open[key] = SiteRunner(spec.runner, spec.workload, sites=(None, None)) if lockstep else \
                 attempt_runner(spec.runner, workload=spec.workload)
         return self._open[key]
 
+    def hold(self, sites: Any) -> None:
+        """An entry's arm sites (``sites.ArmSites``, or ``None``), whose worktrees go when the runners close."""
+        if sites is not None:
+            self._sites.append(sites)
+
     def close(self) -> None:
         for runner in self._open.values():
             with contextlib.suppress(Exception):
                 runner.close()
         self._open.clear()
+        for sites in self._sites:
+            with contextlib.suppress(Exception):
+                sites.close()
+        self._sites.clear()
 
 
 def _items(suite: SuiteSpec, looks: dict[str, int | None] | None = None):

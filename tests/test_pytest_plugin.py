@@ -499,3 +499,73 @@ def test_the_inline_fixture_times_two_callables_in_the_test_body(pytester, tmp_p
     assert all("/inline/" in run.data.tags["perfgate.group"] for run in runs)
     skipped = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider", str(folder))  # without --perfgate
     assert skipped.parseoutcomes().get("skipped") == 3
+
+
+#: A declared comparison of the toy repository's bench (its change, warmup, is folded into the fixed
+#: conditions by --perfgate-against: the candidate is what runs at both revisions).
+AGAINST_TEST = """
+import pytest
+
+BUSY = {"model": "busy", "input_shape": "1,1", "batch_size": 1, "dtype": "fp32", "device": "cpu",
+        "measurement_method": "wall_ms", "warmup": 1, "steps": 8}
+
+
+@pytest.mark.perfgate(workload="bench:make", conditions=BUSY, change={"warmup": 2}, attempts=6)
+def test_bench_is_no_slower():
+    pass
+
+
+@pytest.mark.perfgate(workload="bench:make", conditions={**BUSY, "revision": "main"}, change={"warmup": 2})
+def test_places_its_own_arms():
+    pass
+"""
+
+
+def _pytest_in(repo: Path, *argv: str, uri: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m pytest ARGS`` as typed in the repository's checkout, in a fresh process."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *argv], cwd=repo,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_against_a_revision_runs_the_working_tree_against_it_in_lockstep(tmp_path, _migrated_sqlite):
+    """--perfgate-against main: each declared comparison's candidate from the working tree (an
+    uncommitted change that doubles the step) against the same at main, one child per arm; a 2x
+    slowdown fails its test, and the attempts record both revisions (main's sha, working-tree)."""
+    from helpers import busy_bench, busy_repository, git
+
+    repo = tmp_path / "repo"
+    main_sha, = busy_repository(repo, [2.0])
+    (repo / "test_perf.py").write_text(AGAINST_TEST)
+    git(repo, "add", "test_perf.py")
+    git(repo, "commit", "-q", "-m", "the perf test")
+    main_sha = git(repo, "rev-parse", "HEAD")
+    (repo / "bench.py").write_text(busy_bench("4.0"))  # not committed: the working tree is what is gated
+    uri = fresh_sqlite(tmp_path, _migrated_sqlite)
+    done = _pytest_in(repo, "--perfgate", "--perfgate-against", "main", "--perfgate-tracking-uri", uri, "-rA")
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "each candidate from the working tree against main" in out
+    assert re.search(r"test_perf.py::test_bench_is_no_slower\s+reject", out), out
+    assert "no_regression_ok: FAILED" in out and "slower" in out
+    # a comparison that places its own arms is refused with the product's words; the other still ran
+    assert "the comparison declares revision itself" in out
+    client = MlflowClient(tracking_uri=uri)
+    attempts = client.search_runs(["0"], "tags.\"perfgate.kind\" = 'attempt'", max_results=100)
+    revisions = {(run.data.tags["perfgate.arm"], run.data.params["revision"]) for run in attempts}
+    assert revisions == {("baseline", main_sha), ("candidate", "working-tree")}
+    assert {run.data.params["warmup"] for run in attempts} == {"2"}  # the declared candidate, at both revisions
+    assert git(repo, "worktree", "list").count("\n") == 0  # main's worktree is gone again
+
+
+def test_against_is_refused_in_one_line_for_a_revision_git_cannot_resolve_or_without_perfgate(tmp_path):
+    from helpers import busy_repository
+
+    repo = tmp_path / "repo"
+    busy_repository(repo, [2.0])
+    (repo / "test_perf.py").write_text(AGAINST_TEST)
+    done = _pytest_in(repo, "--perfgate", "--perfgate-against", "no-such-branch")
+    assert done.returncode == 4 and "--perfgate-against no-such-branch" in done.stderr, done.stderr
+    done = _pytest_in(repo, "--perfgate-against", "main")
+    assert done.returncode == 4 and "give --perfgate too" in done.stderr, done.stderr
+    assert not (repo / "mlflow.db").exists()

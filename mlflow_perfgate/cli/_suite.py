@@ -27,7 +27,10 @@ def print_suite(summary: dict, output_format: str) -> None:
     for entry in summary["entries"]:
         if entry["verdict"] != "accept":
             why = SUITE_REASONS.get(entry["reason"]) or REASONS.get(entry["reason"], entry["reason"])
-            if entry.get("failed_checks"):
+            if entry.get("failed_checks") and entry["verdict"] == "reject" and \
+                    entry["reason"] == "declared_thresholds_checked":
+                why = f"FAILED: {', '.join(entry['failed_checks'])}"  # as the table says it: never "every ... checked"
+            elif entry.get("failed_checks"):
                 why += f"; failed: {', '.join(entry['failed_checks'])}"
             tail.append(f"  {entry['name']}: {entry['verdict']} ({entry['reason']}: {why})")
     if summary.get("suite_run_id"):

@@ -61,7 +61,7 @@ class ComparisonRun:
     def open(self) -> None:
         """Everything before the first attempt; the runner is closed again if any of it fails."""
         plan = self.plan
-        self._place_arms()
+        self.place_arms()
         # One runner for the whole comparison: with fork, one warm server for all its attempts (and
         # where the arms run apart, one per arm and site).
         try:
@@ -133,7 +133,7 @@ class ComparisonRun:
               f"running the {missing} that complete them", file=sys.stderr)
         return missing
 
-    def _place_arms(self) -> None:
+    def place_arms(self) -> None:
         """Where each arm runs (``sites``): a revision's worktree, another interpreter; checked before
         anything runs, the worktrees made, the arms' site conditions as they are recorded (a full sha,
         an absolute path)."""
