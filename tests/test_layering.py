@@ -135,3 +135,18 @@ def test_no_module_of_the_package_imports_one_that_imports_it_back():
     for start in graph:
         walk(start, [start], {start})
     assert not circles, "import circles:\n" + "\n".join(sorted(set(circles)))
+
+
+def test_the_product_imports_each_package_through_its_face():
+    """No module imports another package's private module (``from ..tracking._client import ...``): the
+    faces (``rules``, ``tracking``, ``workloads``, ``harness``, ``cli``) are the interface, and every
+    name a face lends the product resolves (a face naming a moved or deleted name fails here)."""
+    import importlib
+    import runpy
+
+    found = runpy.run_path(str(REPO / "scripts" / "structure.py"))["private_imports"]()
+    assert found == [], found
+    for package in ("rules", "tracking", "workloads"):
+        face = importlib.import_module(f"mlflow_perfgate.{package}")
+        for name in face._PRODUCT:
+            assert getattr(face, name) is not None, (package, name)
