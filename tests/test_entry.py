@@ -33,7 +33,7 @@ def test_entry_keeps_the_status_the_output_and_the_exit_handlers(prelude):
 
 
 def test_entry_says_a_text_exit_status_and_ends_1():
-    said = _entry("cli.main = lambda: sys.exit('stopped: a reason')")
+    said = _entry("cli._main.main = lambda: sys.exit('stopped: a reason')")  # the entry's own room
     assert said.returncode == 1 and said.stderr.strip() == "stopped: a reason"
     assert "exit handler ran" in said.stdout
 
