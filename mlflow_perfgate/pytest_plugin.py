@@ -122,11 +122,21 @@ def pytest_configure(config: pytest.Config) -> None:
         from .sites import git
 
         try:
-            git("rev-parse", "--verify", "--quiet", f"{against}^{{commit}}",
-                what=f"--perfgate-against {against}: resolving it in the working directory's repository")
-        except InputError as exc:
-            raise pytest.UsageError(f"{exc}: give a branch, tag or sha of this repository (git fetch it first if it "
-                                    "is remote)") from None
+            top = git("rev-parse", "--show-toplevel")
+        except InputError:
+            raise pytest.UsageError(f"--perfgate-against {against}: {os.getcwd()} is in no git repository: run pytest "
+                                    "in the checkout to gate") from None
+        try:
+            git("rev-parse", "--verify", "--quiet", f"{against}^{{commit}}", cwd=top)
+        except InputError:
+            raise pytest.UsageError(f"--perfgate-against {against}: not a commit git can resolve in {top}; give a "
+                                    "branch, tag or sha of that repository (git fetch it first if it is remote)"
+                                    ) from None
+        from .sites import WORKING_TREE
+
+        if against == WORKING_TREE:
+            raise pytest.UsageError(f"--perfgate-against {WORKING_TREE}: that name is the working tree itself (the "
+                                    "arm the comparisons gate); give the branch, tag or sha to gate it against")
     gate = _Gate(config)
     from .errors import PerfgateError
     from .suite import parse_suite
@@ -627,7 +637,7 @@ class _Gate:
         return entries
 
     def _run(self, entries: list[dict]) -> None:
-        from .suite import parse_suite, run
+        from .suite import parse_suite
 
         spec = parse_suite({"suite": self.head(), "entry": entries}, source=f"@pytest.mark.{MARKER}")
         self._say(f"perfgate: running {len(entries)} comparison{'s' if len(entries) > 1 else ''} as suite "
@@ -647,9 +657,38 @@ class _Gate:
             for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning, ImportWarning,
                              ResourceWarning):
                 warnings.simplefilter("ignore", category)
-            self.summary = run(spec, progress=False, on_attempt=on_attempt)
+            self.summary = self._run_leaving_out_setup_errors(spec, entries, on_attempt)
+        if self.summary is None:
+            return
         for entry, result in zip(self.summary["entries"], self.summary["results"]):
             self.outcomes[entry["name"]] = _outcome(entry, result, self.summary)
+
+    def _run_leaving_out_setup_errors(self, spec, entries: list[dict], on_attempt) -> dict | None:
+        """The suite's summary; an entry that cannot be set up (its code missing at a revision, its
+        workload not importable: an error the suite names for it, ``exc.suite_entry``) fails its own
+        test, and the suite runs again without it, in fresh groups (the stopped run's runs stay,
+        ended KILLED, saying why); ``None`` when no entry is left."""
+        from .suite import parse_suite, run
+
+        tries = 0
+        while True:
+            try:
+                return run(spec, progress=False, on_attempt=on_attempt)
+            except Exception as exc:  # noqa: BLE001 - only an entry's own setup error is handled here
+                name = getattr(exc, "suite_entry", None)
+                if name is None or name not in {entry["name"] for entry in entries}:
+                    raise
+                message = str(exc).removeprefix(f"suite entry {name!r}: ")
+                self.refused[name] = f"{type(exc).__name__}: {message}"
+                self._say(f"perfgate: {name}: could not be set up ({message.splitlines()[0]}); the others run again "
+                          "without it")
+            entries = [entry for entry in entries if entry["name"] != name]
+            if not entries:
+                return None
+            tries += 1
+            entries = [{**entry, "group": f"{self.suite_name}/{self.session}-{tries}/{entry['name']}"}
+                       for entry in entries]
+            spec = parse_suite({"suite": self.head(), "entry": entries}, source=f"@pytest.mark.{MARKER}")
 
     def _say(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")

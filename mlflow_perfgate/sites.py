@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import shutil
 import subprocess
@@ -36,7 +37,8 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["SITE_CONDITIONS", "WORKING_TREE", "WORKTREES_ENV", "ArmSites", "arm_sites", "git", "worktree_root"]
+__all__ = ["SITE_CONDITIONS", "WORKING_TREE", "WORKTREES_ENV", "ArmSites", "arm_sites", "git", "resolve_revisions",
+           "worktree_root"]
 
 #: The conditions that place an arm's children (read by the runner, never by the factory).
 SITE_CONDITIONS = ("revision", "python")
@@ -56,7 +58,7 @@ def git(*args: str, cwd: str | os.PathLike | None = None, what: str | None = Non
     except subprocess.TimeoutExpired:
         raise InputError(f"git {' '.join(args)} did not finish within 300 s") from None
     if completed.returncode != 0:
-        said = completed.stderr.strip() or completed.stdout.strip()
+        said = completed.stderr.strip() or completed.stdout.strip() or f"exit status {completed.returncode}"
         raise InputError(f"{what or 'git ' + ' '.join(args)} failed: {said}")
     return completed.stdout.strip()
 
@@ -164,12 +166,7 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
     here = Site.here()
     top = None
     if any(conditions.get("revision") not in (None, "") for conditions in arms.values()):
-        try:
-            top = git("rev-parse", "--show-toplevel", cwd=repository)
-        except InputError:
-            raise InputError(f"a revision condition names a commit of the git repository in the working directory, and "
-                             f"{os.path.abspath(repository or os.getcwd())} is in none: run from the repository's "
-                             "checkout; nothing was run or logged") from None
+        top = _top(repository)
     result = ArmSites(sites={}, conditions={}, environment={}, labels={}, top=top, keep=keep_worktrees)
     probed: dict[str, dict] = {}
     try:
@@ -180,7 +177,11 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
             if working:  # the checkout as it is: its children run here
                 head = _resolve(top, "HEAD", arm)
                 dirty = bool(git("status", "--porcelain", "--untracked-files=no", cwd=top))
-                recorded["revision"], environment["git_revision"] = WORKING_TREE, head
+                # uncommitted changes give the fingerprint a digest of their diff: a group whose working tree
+                # changed between two calls (a resume) holds two environments within one arm, refused
+                state = head if not dirty else \
+                    f"{head}+{hashlib.sha256(git('diff', 'HEAD', '--binary', cwd=top).encode()).hexdigest()[:12]}"
+                recorded["revision"], environment["git_revision"] = WORKING_TREE, state
                 labels.append(f"the working tree (HEAD {head[:12]}{', with uncommitted changes' if dirty else ''})")
             elif revision not in (None, ""):
                 sha = _resolve(top, str(revision), arm)
@@ -189,7 +190,7 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
                     result.made.append(path)
                 site = site.moved(top, path, label=f"worktree of {sha[:12]}",
                                   env={WORKTREES_ENV: str(path.parent)})
-                _require_moved(workload, top, site, path, arm)
+                _require_moved(workload, top, site, path, arm, callables=_callable_modules(conditions))
                 recorded["revision"], environment["git_revision"] = sha, sha
                 labels.append(f"revision {sha[:12]}" + ("" if sha.startswith(str(revision)) else f" ({revision})"))
             python = conditions.get("python")
@@ -213,20 +214,57 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
     return result
 
 
-def _require_moved(workload: str, top: str, site: Any, worktree: Path, arm: str) -> None:
-    """Refuse a workload module in the repository that the arm's children would import from the checkout
-    here rather than from the arm's worktree (an editable install's finder, a path outside the moved
-    ones): both arms would run the same code, and the comparison would measure nothing.
+def _callable_modules(conditions: dict) -> list[str]:
+    """The modules of a callables workload's functions (``*_callable`` conditions: ``module:function``)."""
+    return [str(value).partition(":")[0] for key, value in conditions.items()
+            if str(key).endswith("_callable") and ":" in str(value)]
+
+
+def _top(repository: str | os.PathLike | None) -> str:
+    try:
+        return git("rev-parse", "--show-toplevel", cwd=repository)
+    except InputError:
+        raise InputError(f"a revision condition names a commit of the git repository in the working directory, and "
+                         f"{os.path.abspath(repository or os.getcwd())} is in none: run from the repository's "
+                         "checkout; nothing was run or logged") from None
+
+
+def resolve_revisions(arms: dict[str, dict], *, repository: str | os.PathLike | None = None) -> None:
+    """The checks of :func:`arm_sites` that make nothing: each arm's ``revision`` resolves (``working-tree``:
+    a repository here), so a list of comparisons is refused before any of them runs or logs.
+
+    Raises:
+        InputError: as :func:`arm_sites` says it.
+    """
+    revisions = {arm: str(conditions["revision"]) for arm, conditions in arms.items()
+                 if conditions.get("revision") not in (None, "")}
+    if revisions:
+        top = _top(repository)
+        for arm, revision in revisions.items():
+            if revision != WORKING_TREE:
+                _resolve(top, revision, arm)
+
+
+def _require_moved(workload: str, top: str, site: Any, worktree: Path, arm: str, *,
+                   callables: list[str] = ()) -> None:
+    """Refuse a workload module in the repository (or a module of its callables) that the arm's
+    children would import from the checkout here rather than from the arm's worktree (an editable
+    install's finder, a path outside the moved ones, a module the revision does not hold): both arms
+    would run the same code, and the comparison would measure nothing.
 
     Found without importing anything: where this process finds the module's top-level package, and
     where the child's path (moved into the worktree) finds it.
     """
+    from .workloads import workload_target
+
+    for module in dict.fromkeys([workload_target(workload)[0], *callables]):
+        _require_module_moved(module.split(".")[0], top, site, worktree, arm)
+
+
+def _require_module_moved(top_module: str, top: str, site: Any, worktree: Path, arm: str) -> None:
     import importlib.machinery
     import importlib.util
 
-    from .workloads import workload_target
-
-    top_module = workload_target(workload)[0].split(".")[0]
     try:
         here = importlib.util.find_spec(top_module)
     except (ImportError, ValueError):
@@ -241,7 +279,7 @@ def _require_moved(workload: str, top: str, site: Any, worktree: Path, arm: str)
     where = os.path.relpath(os.path.realpath(here_origin), os.path.realpath(top))
     if not os.path.exists(worktree / where):
         raise InputError(f"the {arm}'s revision {worktree.name[:12]} has no {where} (its "
-                         f"worktree {worktree} lacks the workload module {top_module!r}): compare revisions that both "
+                         f"worktree {worktree} lacks the module {top_module!r} its workload imports): compare revisions that both "
                          "hold the benchmark; nothing was run or logged")
     raise InputError(f"the {arm}'s workload module {top_module!r} would be imported from {here_origin}, the checkout "
                      f"here, not from its revision's worktree ({worktree}): both arms would run the same code. Run "

@@ -394,10 +394,31 @@ def _check_entry_change(change, workload: str, conditions: dict, attempts: int, 
 # --- running ---------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _entry_errors(name: str):
+    """An error of one entry's own (its arms' sites, its group, its workload's setup: not the store's),
+    named for it: its message starts ``suite entry 'NAME': `` and ``exc.suite_entry`` holds the name, so a
+    caller can leave that entry out and run the others (the pytest plugin does)."""
+    from .errors import PerfgateError, StoreError
+
+    try:
+        yield
+    except (PerfgateError, ValueError) as exc:
+        if not isinstance(exc, StoreError) and getattr(exc, "suite_entry", None) is None:
+            exc.suite_entry = name
+            if exc.args and isinstance(exc.args[0], str) and not exc.args[0].startswith(f"suite entry {name!r}"):
+                exc.args = (f"suite entry {name!r}: {exc.args[0]}", *exc.args[1:])
+        raise
+
+
 class _Entry:
     """A running entry: its comparison run, its arms, its ABBA rounds so far (``compare``'s steps)."""
 
     def __init__(self, spec: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None, resume: bool, runners):
+        with _entry_errors(spec.name):
+            self._open(spec, suite, suite_run_id=suite_run_id, resume=resume, runners=runners)
+
+    def _open(self, spec: EntrySpec, suite: SuiteSpec, *, suite_run_id: str | None, resume: bool, runners):
         from .harness import base_conditions, Comparison, Plan, validated_change
         from .tracking import group_state
 
@@ -449,7 +470,8 @@ class _Entry:
         self.rounds.active = self.runner
         self.rounds.on_attempt = None if on_attempt is None else (lambda arm, result: on_attempt(f"{name} {arm}",
                                                                                                  result))
-        self.rounds.run_block(interleave(per_arm), None)
+        with _entry_errors(name):
+            self.rounds.run_block(interleave(per_arm), None)
         self.done += per_arm
 
     @property
@@ -672,7 +694,8 @@ def _run_entries(suite: SuiteSpec, suite_run_id: str, resume: bool, on_attempt, 
 
 
 def _require_importable(suite: SuiteSpec) -> None:
-    """A module off the path: refused before the suite run or any child starts."""
+    """A module off the path, a revision git cannot resolve: refused before the suite run or any child starts."""
+    from .sites import resolve_revisions
     from .workloads import require_importable
 
     for entry in suite.entries:
@@ -680,7 +703,11 @@ def _require_importable(suite: SuiteSpec) -> None:
             try:
                 require_importable(entry.workload, child=entry.supervised)
             except ValueError as exc:
-                raise InputError(f"suite entry {entry.name!r}: {exc}; nothing was run or logged") from None
+                error = InputError(f"suite entry {entry.name!r}: {exc}; nothing was run or logged")
+                error.suite_entry = entry.name
+                raise error from None
+            with _entry_errors(entry.name):  # a revision git cannot resolve: before the suite run exists
+                resolve_revisions({"baseline": entry.conditions, "candidate": {**entry.conditions, **entry.change}})
 
 
 def _warn_below_floors(suite: SuiteSpec, resume: bool) -> None:

@@ -60,7 +60,7 @@ def test_a_change_both_arms_cannot_share_a_process_with_runs_lockstep_rounds(var
     config = configure("latency", "improvement", variable, CPU, steps_given=False)
     assert config.interleave == "lockstep" and config.method == "paired"
     why, = config.fallbacks
-    assert why.startswith("steps interleaved across two processes (lockstep): ")
+    assert why.startswith("steps interleaved across two processes (lockstep), not steps in one process: ")
     assert f"the changed variable is {variable!r}" in why
     assert "10 rounds of 30 steps" in config.text()
 
@@ -71,7 +71,7 @@ def test_where_lockstep_cannot_run_such_a_change_runs_whole_attempts(variable):
     config = configure("latency", "improvement", variable, CPU, steps_given=False, supervised=False)
     assert config.interleave == "attempts"
     why, = config.fallbacks
-    assert why.startswith("whole attempts interleaved: ") and f"the changed variable is {variable!r}" in why
+    assert why.startswith("whole attempts interleaved, not steps in one process: ") and f"the changed variable is {variable!r}" in why
     assert "10 attempts per arm of 30 steps" in config.text()
 
 

@@ -6,6 +6,7 @@ Real children of real runners (fork and spawn), real pipes and signals: nothing 
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -140,3 +141,21 @@ def test_both_children_of_a_lockstep_round_share_the_same_cpu_and_duet_s_do_not(
         assert seen == [str(max(os.sched_getaffinity(0)))] * 2  # one core, as one process's arms share one
     else:
         assert seen == [everywhere] * 2
+
+
+def test_a_site_in_a_worktree_reads_the_checkout_s_folders_there(tmp_path, monkeypatch):
+    """A folder of the checkout on PYTHONPATH (the pytest plugin's test folders) is read at its place in
+    the arm's worktree, never in the checkout; a working folder the revision lacks falls back to its
+    nearest folder there."""
+    from mlflow_perfgate.workloads._site import Site, site_env
+
+    checkout, worktree = tmp_path / "checkout", tmp_path / "worktree"
+    (checkout / "tests" / "new").mkdir(parents=True)
+    (worktree / "tests").mkdir(parents=True)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(checkout / "tests"), "/elsewhere"]))
+    here = Site(python=sys.executable, cwd=str(checkout / "tests" / "new"), path=(str(checkout),))
+    moved = here.moved(checkout, worktree, label="worktree of x")
+    assert moved.cwd == str(worktree / "tests")  # tests/new is not in the revision
+    entries = site_env(moved)["PYTHONPATH"].split(os.pathsep)
+    assert entries == [str(worktree), str(worktree / "tests"), "/elsewhere"]
+    assert not any(entry.startswith(str(checkout)) for entry in entries)

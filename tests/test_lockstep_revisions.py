@@ -77,6 +77,29 @@ def test_a_revision_that_changes_nothing_measurable_passes_the_non_regression_ga
     assert len(list((repo / ".git" / "perfgate-worktrees").glob("*"))) == 2  # kept, as asked
 
 
+@pytest.mark.slow
+def test_the_working_tree_is_an_arm_and_a_group_whose_tree_changed_is_refused(tmp_path, sqlite_uri):
+    """--change revision=working-tree runs that arm from the checkout as it is (an uncommitted change
+    that doubles the step, rejected), recorded as working-tree with HEAD and a digest of the diff in its
+    fingerprint; resumed after the tree changed, the group holds two code states in one arm: refused."""
+    repo = tmp_path / "repo"
+    base, = busy_repository(repo, [2.0])
+    (repo / "bench.py").write_text(busy_bench("4.0"))  # not committed
+    argv = [*COMPARE, "--set", "revision=main", "--change", "revision=working-tree", "--group", "wt"]
+    done = run(argv, repo, sqlite_uri)
+    assert done.returncode == 1, done.stdout + done.stderr
+    by_arm = {arm: [a for a in attempts_of(sqlite_uri) if a.data.tags[TAG.ARM] == arm] for arm in ("baseline",
+                                                                                                "candidate")}
+    assert {a.data.params["revision"] for a in by_arm["candidate"]} == {"working-tree"}
+    assert {a.data.params["revision"] for a in by_arm["baseline"]} == {base}
+    state, = {a.data.tags[TAG.ENV_PREFIX + "git_revision"] for a in by_arm["candidate"]}
+    assert state.startswith(base + "+") and len(state) == len(base) + 13  # HEAD and the uncommitted diff's digest
+    (repo / "bench.py").write_text(busy_bench("2.0"))  # the tree changes; the group goes on
+    done = run([*argv, "--resume"], repo, sqlite_uri)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "git_revision" in done.stderr and "within the candidate" in done.stderr, done.stderr
+
+
 def test_bad_revisions_and_interpreters_are_refused_before_anything_is_logged(tmp_path, sqlite_uri, capsys,
                                                                               monkeypatch):
     repo = tmp_path / "repo"

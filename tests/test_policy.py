@@ -125,3 +125,22 @@ def test_latency_is_a_decision_option_of_every_deciding_command():
     assert collected == {"env_mismatch": "warn"}
     # one Policy from the command line: what was typed is its given; the rest is left to be configured
     assert (policy.latency, policy.method, policy.given) == ("uncontended", "robust", {"latency", "method"})
+
+
+def test_a_policy_knows_what_it_was_given_and_a_reset_option_is_no_longer_given():
+    policy = Policy(mode="non_regression", margin=0.2)
+    assert policy.given == {"mode", "margin"} and Policy().given == frozenset()
+    reset = policy.replace(margin=None)
+    assert (reset.margin, reset.given) == (0.05, {"mode"})  # back to its default: filled downstream again
+    assert policy.settled().given == set(policy.options()) and policy.settled() == policy
+    for option in ("margin", "alpha", "confidence"):
+        with pytest.raises(PolicyError, match=f"{option} must be a number, got True"):
+            Policy(**{option: True})
+
+
+def test_evaluate_group_refuses_a_policy_that_is_no_policy_before_reading_a_store():
+    from mlflow_perfgate.tracking import evaluate_group
+
+    for wrong in ({"method": "robust"}, "robust", 3):
+        with pytest.raises(PolicyError, match=f"policy must be a mlflow_perfgate.Policy, got {type(wrong).__name__}"):
+            evaluate_group("g", policy=wrong, experiment_name="never-created")

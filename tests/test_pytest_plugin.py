@@ -541,6 +541,12 @@ def test_against_a_revision_runs_the_working_tree_against_it_in_lockstep(tmp_pat
     git(repo, "commit", "-q", "-m", "the perf test")
     main_sha = git(repo, "rev-parse", "HEAD")
     (repo / "bench.py").write_text(busy_bench("4.0"))  # not committed: the working tree is what is gated
+    # a new benchmark, only in the working tree: main has no code to run it, so that test fails, naming
+    # the arm, and the others are still judged (its callables never come from the working tree at main)
+    (repo / "test_new.py").write_text("import pytest\n\n\ndef slow_op():\n    sum(range(2000))\n\n\n"
+                                      "def fast_op():\n    sum(range(1000))\n\n\n"
+                                      "@pytest.mark.perfgate(baseline=slow_op, candidate=fast_op, attempts=6)\n"
+                                      "def test_new_op():\n    pass\n")
     uri = fresh_sqlite(tmp_path, _migrated_sqlite)
     done = _pytest_in(repo, "--perfgate", "--perfgate-against", "main", "--perfgate-tracking-uri", uri, "-rA")
     out = done.stdout
@@ -550,6 +556,8 @@ def test_against_a_revision_runs_the_working_tree_against_it_in_lockstep(tmp_pat
     assert "no_regression_ok: FAILED" in out and "slower" in out
     # a comparison that places its own arms is refused with the product's words; the other still ran
     assert "the comparison declares revision itself" in out
+    assert re.search(r"FAILED test_new.py::test_new_op - .*could not be set up|the baseline's revision \w+ has no "
+                     r"test_new.py", out), out
     client = MlflowClient(tracking_uri=uri)
     attempts = client.search_runs(["0"], "tags.\"perfgate.kind\" = 'attempt'", max_results=100)
     revisions = {(run.data.tags["perfgate.arm"], run.data.params["revision"]) for run in attempts}

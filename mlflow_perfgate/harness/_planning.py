@@ -126,7 +126,7 @@ def configure(objective: str, mode: str, variable: str | None, base: dict, *, me
             interleave = "attempts" if _lockstep_refusal(supervised, runner) or not refusal[1] else "lockstep"
             how = "whole attempts interleaved" if interleave == "attempts" else \
                 "steps interleaved across two processes (lockstep)"
-            fallbacks.append(f"{how}: {refusal[0]}")
+            fallbacks.append(f"{how}, not steps in one process: {refusal[0]}")
     if threads is None:
         defaulted.append("threads")
         threads = RECOMMENDED["threads"]

@@ -80,6 +80,9 @@ class Policy:
         mode = "improvement" if mode is None else mode
         objective = "latency" if objective is None else objective
         options = {"margin": to_python(margin), "alpha": to_python(alpha), "confidence": to_python(confidence)}
+        for name, value in options.items():
+            if isinstance(value, bool):  # True is no margin of 1.0
+                raise PolicyError(f"{name} must be a number, got {value!r}")
         options = {name: _OPTIONS[name].default if value is None else value for name, value in options.items()}
         thresholds = {name: to_python(value) for name, value in thresholds.items()}
         if objective not in OBJECTIVES:
@@ -156,7 +159,8 @@ class Policy:
     def replace(self, **changes: Any) -> "Policy":
         """A new, validated policy with ``changes`` applied (given beside those this one was given)."""
         new = Policy(**{**self.options(), **changes})
-        return new._deciding(self._given | {name for name, value in changes.items() if value is not None})
+        reset = {name for name, value in changes.items() if value is None}  # back to its default: not given
+        return new._deciding((self._given - reset) | {name for name, value in changes.items() if value is not None})
 
     def settled(self) -> "Policy":
         """This policy with every option decided: judged as it is, nothing filled in from a recorded

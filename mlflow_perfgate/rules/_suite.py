@@ -712,10 +712,12 @@ def suite_gate(evidence: Sequence[EntryEvidence], *, alpha: float = 0.05, contro
             significant=MappingProxyType(values["significant"]), evidence=item))
     outside = [item.name for item in evidence if not item.controlled]
     if outside:
-        notes.append(f"{len(outside)} entries are outside the error control (no p-value: their objective is judged "
+        are = "entry is" if len(outside) == 1 else "entries are"
+        notes.append(f"{len(outside)} {are} outside the error control (no p-value: their objective is judged "
                      f"by its specification-style rule only): {', '.join(outside)}")
     if withheld_total:
-        notes.append(f"{withheld_total} entries' statistical rejects are withheld: not significant once the "
+        whose = "entry's statistical reject is" if withheld_total == 1 else "entries' statistical rejects are"
+        notes.append(f"{withheld_total} {whose} withheld: not significant once the "
                      f"{'family-wise error' if control == 'holm' else 'false-discovery rate'} across the suite "
                      f"is held at {alpha:g}")
     verdict, reason = suite_verdict(entry.verdict for entry in entries)

@@ -19,7 +19,7 @@ import subprocess
 from ._schema import TAG
 
 __all__ = ["ENV_MISMATCH_MODES", "ENV_TAG_PREFIX", "commit_time", "compare_fingerprints", "env_from_tags",
-           "fingerprint", "process_alive", "process_identity"]
+           "excused_by", "fingerprint", "process_alive", "process_identity"]
 
 ENV_TAG_PREFIX = TAG.ENV_PREFIX
 ENV_MISMATCH_MODES = ("fail", "warn", "ignore")
@@ -141,11 +141,16 @@ def compare_fingerprints(fingerprints: list[tuple[str, dict]], changed_variable:
     for key, seen in sorted(values.items()):
         if len(seen) < 2:
             continue
-        if changed_variable is not None and (changed_variable == key or changed_variable in _EXCUSES.get(key, ())):
+        if changed_variable is not None and excused_by(key, changed_variable):
             continue
         listed = ", ".join(f"{value!r} ({count} runs)" for value, count in sorted(seen.items()))
         mismatches.append(f"{key}: {listed}")
     return mismatches
+
+
+def excused_by(key: str, changed_variable: str) -> bool:
+    """Whether a fingerprint key may differ between the arms because of the variable under test."""
+    return changed_variable == key or changed_variable in _EXCUSES.get(key, ())
 
 
 def _boot_id() -> str:

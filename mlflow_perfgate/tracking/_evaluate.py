@@ -187,6 +187,8 @@ def evaluate_group(group: str, *, experiment_name: str | None = None,
         configured = {name: value is None for name, value in (("method", method), ("latency", latency),
                                                               ("mode", mode), ("margin", margin))}
     else:
+        if not isinstance(policy, rules.Policy):
+            raise PolicyError(f"policy must be a mlflow_perfgate.Policy, got {type(policy).__name__}")
         given = {name: value for name, value in (("objective", objective), ("method", method), ("mode", mode),
                                                  ("margin", margin), ("alpha", alpha), ("confidence", confidence),
                                                  ("latency", latency), *thresholds.items()) if value is not None}

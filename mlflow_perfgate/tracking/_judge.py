@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import rules
 from ..errors import EnvironmentMismatch, SingleVariableError
 from ..rules import OBJECTIVES
-from ._environment import compare_fingerprints, env_from_tags
+from ._environment import compare_fingerprints, env_from_tags, excused_by
 from ._evaluation import Change, Judged
 from ._group import AttemptView
 from ._schema import ARMS
@@ -116,6 +116,11 @@ def judge_views(views: list[AttemptView], policy: rules.Policy, env_mismatch: st
 def _environment_notes(views: list[AttemptView], change: Change, env_mismatch: str) -> list[str]:
     """The fingerprints' differences beyond the changed variable: refused, warned of, or ignored."""
     mismatches = compare_fingerprints([(v.run_id, env_from_tags(v.tags)) for v in views], change.variable)
+    if change.variable is not None:  # what the variable excuses may differ between the arms, never within one
+        for arm in ("baseline", "candidate"):  # (a working tree edited between two calls of one group, say)
+            within = compare_fingerprints([(v.run_id, env_from_tags(v.tags)) for v in views if v.arm == arm], None)
+            mismatches += [f"{found} within the {arm}" for found in within
+                           if excused_by(found.partition(":")[0], change.variable)]
     if mismatches and env_mismatch == "fail":
         raise EnvironmentMismatch(
             "the attempts ran in different environments beyond the changed variable ("

@@ -62,6 +62,8 @@ class Site:
         label: what the site is, for messages (``"worktree of 1a2b3c4d5e6f"``).
         foreign: ``python`` is another environment's interpreter: this process's own
             site-packages are kept off its path.
+        moves: ``(checkout, worktree)`` pairs (:meth:`moved`): a folder under a checkout is read at
+            the same place in its worktree, the ``PYTHONPATH`` set here too (:func:`site_env`).
     """
 
     python: str
@@ -70,6 +72,7 @@ class Site:
     env: tuple[tuple[str, str], ...] = ()
     label: str = "this interpreter"
     foreign: bool = False
+    moves: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def here(cls) -> "Site":
@@ -80,16 +83,14 @@ class Site:
               env: dict[str, str] | None = None) -> "Site":
         """This site with every folder under ``top`` (a checkout) moved to the same place under ``root``
         (a worktree of it): the folder the children start in and the import path."""
-        top, root = os.path.abspath(top), os.path.abspath(root)
-
-        def move(entry: str) -> str:
-            entry = os.path.abspath(entry)
-            if entry == top or entry.startswith(top + os.sep):
-                return os.path.join(root, os.path.relpath(entry, top)) if entry != top else root
-            return entry
-
-        return dataclasses.replace(self, cwd=move(self.cwd), path=tuple(dict.fromkeys(move(p) for p in self.path)),
-                                   env=tuple(sorted({**dict(self.env), **(env or {})}.items())), label=label)
+        moves = ((os.path.abspath(top), os.path.abspath(root)),)
+        cwd = _moved(self.cwd, moves)
+        while not os.path.isdir(cwd) and cwd.startswith(moves[0][1] + os.sep):  # a folder the revision lacks:
+            cwd = os.path.dirname(cwd)                                          # its nearest one there
+        return dataclasses.replace(self, cwd=cwd,
+                                   path=tuple(dict.fromkeys(_moved(p, moves) for p in self.path)),
+                                   env=tuple(sorted({**dict(self.env), **(env or {})}.items())), label=label,
+                                   moves=self.moves + moves)
 
     def with_python(self, python: str, *, label: str | None = None) -> "Site":
         """This site, its children started by another interpreter (``python``, an absolute path): this
@@ -102,6 +103,15 @@ class Site:
         kept = tuple(p for p in self.path if not any(p == prefix or p.startswith(prefix + os.sep) for prefix in own))
         return dataclasses.replace(self, python=python, path=(str(package_shim()), *kept), foreign=True,
                                    label=label or f"interpreter {python}")
+
+
+def _moved(entry: str, moves: tuple[tuple[str, str], ...]) -> str:
+    """``entry`` (a folder) at its place in the worktree of the checkout that holds it, if one does."""
+    entry = os.path.abspath(entry)
+    for top, root in moves:
+        if entry == top or entry.startswith(top + os.sep):
+            return os.path.join(root, os.path.relpath(entry, top)) if entry != top else root
+    return entry
 
 
 def _own_path() -> tuple[str, ...]:
@@ -129,8 +139,8 @@ def site_env(site: Site | None = None) -> dict:
     site = site or Site.here()
     entries = list(site.path)
     existing = env.get("PYTHONPATH")
-    if existing and not site.foreign:
-        entries.append(existing)
+    if existing and not site.foreign:  # a folder of the checkout on it is read in the site's worktree
+        entries += [_moved(entry, site.moves) if site.moves else entry for entry in existing.split(os.pathsep) if entry]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(entries))
     env["PYTHONFAULTHANDLER"] = "1"
     if site.foreign:
