@@ -150,3 +150,25 @@ def test_the_product_imports_each_package_through_its_face():
         face = importlib.import_module(f"mlflow_perfgate.{package}")
         for name in face._PRODUCT:
             assert getattr(face, name) is not None, (package, name)
+
+
+def test_every_name_the_benchmarks_scripts_and_docs_import_from_the_package_exists():
+    """A name removed from the package is removed from its readers outside it too (a benchmark's
+    ``from mlflow_perfgate.rules._records import STEP_P10_FRACTION`` once outlived it, found only in CI)."""
+    import ast
+    import importlib
+
+    missing = []
+    for folder in ("benchmarks", "scripts", "docs", "examples"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and \
+                        (node.module or "").split(".")[0] == "mlflow_perfgate":
+                    module = importlib.import_module(node.module)
+                    for alias in node.names:
+                        if alias.name != "*" and not hasattr(module, alias.name):
+                            try:
+                                importlib.import_module(f"{node.module}.{alias.name}")
+                            except ImportError:
+                                missing.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.module}.{alias.name}")
+    assert missing == [], missing
