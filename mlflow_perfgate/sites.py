@@ -101,6 +101,8 @@ def remove_worktree(top: str | os.PathLike, path: Path) -> None:
         git("worktree", "remove", "--force", str(path), cwd=top)
     with contextlib.suppress(InputError):
         git("worktree", "prune", cwd=top)
+    with contextlib.suppress(OSError):  # the folder of worktrees, once it holds none (a twin's may be there)
+        path.parent.rmdir()
 
 
 @dataclasses.dataclass

@@ -53,6 +53,8 @@ RECORD = ["record", "--group", "g", "--arm", "baseline"]
     (["evaluate", "--group", "g", "--method", "robust", "--objective", "memory"], 2, "judged by the seed method"),
     (["compare", "--change", "checkpoint=true", "--set", "revision="], 2, "'revision' has an empty value"),
     (["compare", "--change", "checkpoint"], 2, "expected KEY=VALUE"),
+    (["compare", "--change", "revision=working-tree"], 2, "needs the baseline's revision too: give it with --set "
+                                                          "revision=..."),
     (["compare", "--change", "checkpoint=true", "--alpha", "1.5"], 2, "alpha must be in the range (0, 1)"),
     (["diagnose", "--set", "dtype"], 2, "expected KEY=VALUE"),
     (["pipeline", "--set", "x=", "--margin", "-1"], 2, "'x' has an empty value"),

@@ -331,6 +331,11 @@ def validated_change(base: dict, change: dict, hypothesis: str) -> tuple[str, An
 
     evidence = {"status": "ready_for_experiment", "hypothesis": hypothesis}
     variable, value = next(iter(change.items()))
+    if variable in ("revision", "python") and base.get(variable) in (None, ""):
+        example = "main" if variable == "revision" else "/path/to/other/venv/bin/python"
+        raise SingleVariableError(f"the changed variable {variable!r} needs the baseline's {variable} too: give it "
+                                  f"with --set {variable}=... (for example --set {variable}={example}), and the "
+                                  f"candidate's with --change {variable}=...")
     if variable in base and canonical_value(base[variable]) == canonical_value(value):
         raise SingleVariableError(f"the candidate must really change {variable!r}; both are {canonical_value(value)!r}")
     try:
