@@ -1,7 +1,7 @@
 """A new local SQLite store made beside the comparison's start-up, put in place only once it may be written.
 
 MLflow creates a SQLite store's tables the first time a client touches it: about 2 s of
-migrations on this 2-core machine, which ``compare`` used to pay after the attempt server's
+migrations on a 2-core machine, which ``compare`` would otherwise pay after the attempt server's
 warm-up and the workload's check. :func:`prepare_new_store` runs those migrations in a thread,
 on a side file in the store's own folder (``.<name>.perfgate-<pid>-<hex>.tmp``), while the server
 warms up; :meth:`PreparedStore.commit`, called once the workload is found good, links the side
