@@ -26,8 +26,7 @@ from typing import Any, Sequence
 
 from .rules import (CALIBRATION_LATENCIES, DEFAULT_HORIZONS, MAX_AUTO_ROUNDS, MAX_ROUNDS, arm_figures,
                     detectable_effect, power_test, rounds_needed, spreads)
-from .rules import InputError, check_unit_interval
-from .rules import LATENCY_KEYS
+from .rules import InputError, LATENCY_KEYS, check_unit_interval
 
 __all__ = ["DEFAULT_EFFECTS", "calibrate", "calibration_table", "effect_text", "interleaving_text"]
 
@@ -165,9 +164,7 @@ def calibrate(
     finally:
         if sites is not None:
             sites.close()
-    from .tracking import run_url
-    from .tracking import log_calibration
-    from .tracking import fingerprint
+    from .tracking import fingerprint, log_calibration, run_url
 
     complete = [r for r in records if r["complete"]]
     found = spreads({"baseline": r["baseline"]["figures"], "candidate": r["candidate"]["figures"]} for r in complete)

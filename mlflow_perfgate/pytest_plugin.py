@@ -733,8 +733,7 @@ def _plain(value: Any) -> Any:
 
 
 def _outcome(entry: dict, result: dict, summary: dict) -> Outcome:
-    from .rules import REASONS
-    from .rules import SUITE_REASONS
+    from .rules import REASONS, SUITE_REASONS
     from .tracking import decision_summary
 
     verdict = entry["verdict"]

@@ -216,8 +216,7 @@ def parse_suite(data: dict, *, source: str = "<suite>", **overrides: Any) -> Sui
         raise InputError(f"{source}: [suite] needs a name (a non-empty string)")
     alpha = head.get("alpha", 0.05)
     control = head.get("control", "holm")
-    from .rules import CONTROLS, SUITE_SETTINGS
-    from .rules import check_settings
+    from .rules import CONTROLS, SUITE_SETTINGS, check_settings
 
     tail_share = head.get("tail_share", TAIL_SHARE)
     try:
@@ -357,8 +356,7 @@ def _entry_policy(merged: dict, where: str):
     an entry that runs has it from ``harness.configure``, a collected one gets ``robust``), the
     specification-style rule elsewhere (memory, throughput: outside the error control); a latency
     entry's method must give the gate a p-value."""
-    from .rules import METHODS
-    from .rules import methods_with_p_values
+    from .rules import METHODS, methods_with_p_values
 
     options = {key: merged.get(key) for key in ("method", "mode", "objective", "margin", "alpha", "confidence",
                                                 "latency")}
@@ -623,8 +621,7 @@ def run(suite: SuiteSpec, *, resume: bool = False, progress: bool = True, parent
     """
     from .harness import Terminated, signal_held, terminate_as_exception
     from .rules import preload_step_quantile
-    from .tracking import end_run
-    from .tracking import DEFAULT_STALE_AFTER_S
+    from .tracking import DEFAULT_STALE_AFTER_S, end_run
     _require_importable(suite)
     stale_after_s = DEFAULT_STALE_AFTER_S if stale_after_s is None else stale_after_s
     runners = _Runners()
@@ -662,8 +659,7 @@ def _run_entries(suite: SuiteSpec, suite_run_id: str, resume: bool, on_attempt, 
     ``running`` and ``outcomes`` are the caller's, filled here (the comparison runs a stop must end)."""
     from tqdm import tqdm
 
-    from .tracking import sync
-    from .tracking import evaluate_suite
+    from .tracking import evaluate_suite, sync
 
     with tqdm(total=total, desc=f"suite {suite.name[:30]}", unit="attempt", disable=not progress or not total,
               file=sys.stderr) as bar:
@@ -842,8 +838,7 @@ def start(suite: SuiteSpec, *, parent_run_id: str | None = None) -> str:
     :func:`run_entry` for each entry (``suite_run_id=suite_run_id``), then :func:`evaluate`
     with the same ``suite_run_id`` writes the decision onto it.
     """
-    from .tracking import group_state
-    from .tracking import start_suite
+    from .tracking import group_state, start_suite
 
     # a collected entry whose group holds nothing would fail the suite after every other entry ran
     empty = [entry for entry in suite.entries
@@ -863,8 +858,7 @@ def evaluate(suite: SuiteSpec, *, dry_run: bool = False, stale_after_s: float | 
     A sequential entry's look is read from the attempts its group holds, so judging again what
     ``suite run`` judged gives the same decisions (and adopts the same runs).
     """
-    from .tracking import DEFAULT_STALE_AFTER_S
-    from .tracking import evaluate_suite
+    from .tracking import DEFAULT_STALE_AFTER_S, evaluate_suite
 
     return evaluate_suite(suite.name, _items(suite, _recorded_looks(suite)), experiment_name=suite.experiment,
                           alpha=suite.alpha, control=suite.control, tail_share=suite.tail_share,

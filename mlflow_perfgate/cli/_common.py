@@ -67,8 +67,7 @@ def reads_only(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from mlflow_perfgate.tracking import ensure_reachable
-        from mlflow_perfgate.tracking import read_only
+        from mlflow_perfgate.tracking import ensure_reachable, read_only
 
         # A dead or silent server is one line before MLflow's import; what the probe found is
         # remembered, so the client does not ask again.

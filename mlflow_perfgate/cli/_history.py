@@ -108,8 +108,7 @@ def history(benchmark, sets, group_prefix, experiment, list_only, stale_after, n
         if output_format == "json":
             click.echo(json.dumps(outcome, indent=2, default=str))
         sys.exit({"found": 0, "not_bad": 1}.get(outcome["status"], 3))
-    from mlflow_perfgate.tracking import DEFAULT_STALE_AFTER_S
-    from mlflow_perfgate.tracking import analyze, benchmark_lines, load_benchmarks
+    from mlflow_perfgate.tracking import DEFAULT_STALE_AFTER_S, analyze, benchmark_lines, load_benchmarks
 
     stale = DEFAULT_STALE_AFTER_S if stale_after is None else stale_after
     if list_only:

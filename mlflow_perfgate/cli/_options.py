@@ -125,8 +125,7 @@ def decision_options(func=None, *, configured: bool = False):
     """
     if func is None:
         return lambda f: decision_options(f, configured=configured)
-    from mlflow_perfgate.rules import LATENCIES, MODES, POLICY_SETTINGS
-    from mlflow_perfgate.rules import METHODS, OBJECTIVES, threshold_settings
+    from mlflow_perfgate.rules import LATENCIES, METHODS, MODES, OBJECTIVES, POLICY_SETTINGS, threshold_settings
 
     methods = "; ".join(f"{name}: {METHODS.help(name)}" for name in METHODS)
     objectives = "; ".join(f"{name}: {OBJECTIVES.help(name)}" for name in OBJECTIVES)

@@ -240,9 +240,7 @@ def record(group, arm, conditions, condition_list, allow_empty, latency_ms, qual
                                          ok=item["failure"] is None, **item))
         except InputError as exc:
             raise InputError(f"{where}: {exc}" if where else str(exc)) from None
-    from mlflow_perfgate.tracking import check_parent_runs
-    from mlflow_perfgate.tracking import log_series
-    from mlflow_perfgate.tracking import journal_path
+    from mlflow_perfgate.tracking import check_parent_runs, journal_path, log_series
 
     check_parent_runs(parents)
     stored = []

@@ -172,8 +172,7 @@ def calibrate(workload, sets, allow_empty, rounds, steps, warmup, mode, alpha, c
     which compare --rounds auto reads.
     """
     conditions = _conditions(sets, allow_empty)
-    from mlflow_perfgate.calibrate import DEFAULT_EFFECTS
-    from mlflow_perfgate.calibrate import calibrate as run_calibrate
+    from mlflow_perfgate.calibrate import DEFAULT_EFFECTS, calibrate as run_calibrate
 
     summary = run_calibrate(workload, conditions, rounds=rounds, steps=steps, warmup=warmup, mode=mode, alpha=alpha,
                             confidence=confidence, power=power, effects=effects or DEFAULT_EFFECTS, latency=latency,

@@ -17,8 +17,7 @@ def print_suite(summary: dict, output_format: str) -> None:
         shown = {key: value for key, value in summary.items() if key not in ("gate", "results")}
         click.echo(json.dumps(shown, indent=2, default=str))
         return
-    from mlflow_perfgate.rules import REASONS
-    from mlflow_perfgate.rules import SUITE_REASONS
+    from mlflow_perfgate.rules import REASONS, SUITE_REASONS
 
     click.echo(summary["report"])
     reason = summary["reason"]

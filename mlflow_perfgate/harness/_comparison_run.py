@@ -98,8 +98,7 @@ class ComparisonRun:
         """
         from mlflow import MlflowClient
 
-        from ..tracking import TAG
-        from ..tracking import retrying
+        from ..tracking import TAG, retrying
 
         plan = self.plan
         held_text = retrying(lambda: MlflowClient().get_run(run_id)).data.tags.get(TAG.POLICY)

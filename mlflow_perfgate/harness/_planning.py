@@ -356,8 +356,7 @@ def calibration_identity(workload: str, base: dict, threads: int | None, interle
     (named only when it is not ``steps``, so that calibrations made before it was are found).
     ``tracking._calibration.calibration_key`` is its digest.
     """
-    from ..tracking import canonical_value
-    from ..tracking import fingerprint
+    from ..tracking import canonical_value, fingerprint
     from ..workloads import DEFAULT_STEPS, DEFAULT_WARMUP
 
     conditions = {key: value for key, value in base.items() if key not in ("repeats", "revision")}
@@ -421,8 +420,7 @@ def auto_rounds(workload: str, base: dict, policy: Any, *, interleave: str, thre
             calibration was found (the message holds the exact ``calibrate`` command that makes
             one), or the one found lacks the judged figure.
     """
-    from ..rules import MAX_AUTO_ROUNDS, MAX_ROUNDS, age_text
-    from ..rules import auto_rounds as plan_rounds
+    from ..rules import MAX_AUTO_ROUNDS, MAX_ROUNDS, age_text, auto_rounds as plan_rounds
     from ..tracking import latest_calibration
 
     if policy.method != "paired":

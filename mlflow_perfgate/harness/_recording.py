@@ -61,8 +61,7 @@ def gpu_name_of(conditions: dict) -> str:
 def _outcome(result, conditions: dict, placed: dict | None = None) -> dict:
     """An :class:`AttemptResult` as the arguments of ``log_attempt`` / ``StartedAttempt.finish``
     (``placed``: the fingerprint keys the arm's site sets, its interpreter's versions, its revision)."""
-    from ..tracking import METRIC
-    from ..tracking import fit
+    from ..tracking import METRIC, fit
 
     metrics = {}
     if result.peak_mem_mib is not None:

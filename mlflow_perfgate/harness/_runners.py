@@ -26,8 +26,7 @@ def runner_for(runner: Any, workload: str, supervised: bool, *, sites: Any = Non
         InputError: not a kind nor a runner, ``'fork'`` where fork is unavailable, or a workload
             module found nowhere on the path; before anything runs.
     """
-    from ..workloads import RUNNER_KINDS, AttemptRunner, SiteRunner, attempt_runner
-    from ..workloads import require_importable
+    from ..workloads import AttemptRunner, RUNNER_KINDS, SiteRunner, attempt_runner, require_importable
 
     try:  # a module off the path, answered before any server or child starts (and without torch)
         if sites is None:  # else found in each arm's worktree or interpreter (_check_workload)
@@ -74,8 +73,7 @@ def _preload_for_decision() -> None:
     import mlflow
 
     from ..rules import preload_step_quantile
-    from ..tracking import preload_plotting
-    from ..tracking import DATABASE_SCHEMES, store_scheme
+    from ..tracking import DATABASE_SCHEMES, preload_plotting, store_scheme
 
     if store_scheme(mlflow.get_tracking_uri()) in DATABASE_SCHEMES:
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..errors import InputError
-from ..rules import REASONS
-from ..rules import METHODS, OBJECTIVES
+from ..rules import METHODS, OBJECTIVES, REASONS
 from ._schema import ARMS, HEADLINE_DECIDING, HEADLINE_METRICS, KIND_DECISION, KIND_SUITE, PARAM, TAG, arm_metric
 
 __all__ = ["ARM_FIGURES", "DECISION_KINDS", "RunRecord", "SUITE_COLUMNS", "arm_figure_names", "check_decision_filters",

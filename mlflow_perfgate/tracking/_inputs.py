@@ -20,8 +20,7 @@ from typing import Any
 
 from .. import rules
 from ..errors import InputError
-from ..rules import to_python
-from ..rules import step_figures
+from ..rules import step_figures, to_python
 from ._environment import ENV_TAG_PREFIX, commit_time as git_commit_time, fingerprint
 from ._schema import (
     ARM_COLORS,

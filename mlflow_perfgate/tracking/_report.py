@@ -18,11 +18,8 @@ from pathlib import Path
 from typing import Mapping, NamedTuple
 
 from ..errors import FormatError
-from ..rules import REASONS, change_text, headline, interval_text, pct, plain
-from ..rules import LATENCY_KEYS
-from ..rules import METHODS, OBJECTIVES
-from . import _client
-from . import _markdown as md
+from ..rules import LATENCY_KEYS, METHODS, OBJECTIVES, REASONS, change_text, headline, interval_text, pct, plain
+from . import _client, _markdown as md
 from ._schema import ARMS, ARTIFACT_DIR, DECISION_FORMAT, MAX_TAG_VALUE, fit
 
 __all__ = ["ARTIFACT_DIR", "decision_markdown", "decision_summary", "draw_plots", "fit_note", "latency_plot",

@@ -23,8 +23,7 @@ from mlflow.entities import Metric, RunStatus
 
 from .. import rules
 from ..errors import InputError, PerfgateError
-from ..rules import REASONS, VERDICTS
-from ..rules import SUITE_REASONS, TAIL_SHARE, SuiteDecision, entry_evidence, suite_gate
+from ..rules import REASONS, SUITE_REASONS, SuiteDecision, TAIL_SHARE, VERDICTS, entry_evidence, suite_gate
 from . import _client, _report
 from ._decision_run import claim, verdict_name, wait_for
 from ._environment import process_identity

@@ -45,8 +45,7 @@ import hashlib
 import json
 
 from ..errors import StoreError
-from ..rules import LATENCY_KEYS, STEP_FIGURES
-from ..rules import plain
+from ..rules import LATENCY_KEYS, STEP_FIGURES, plain
 from . import _client
 from ._evaluation import Evaluation
 from ._group import AttemptView, group_filter

@@ -40,12 +40,8 @@ from typing import Any
 from .._contain import kill_tree
 from ..rules import validate_validity_report
 from ._conditions import parse_int
-from ._failures import describe_failure
-from ._failures import can_inspect as _can_inspect
-from ._failures import describe_exception as _describe_exception
-from ._failures import system_exit_reason as _exit_reason
-from ._failures import tail as _tail
-from ._failures import timeout_reason as _timeout_reason
+from ._failures import (can_inspect as _can_inspect, describe_exception as _describe_exception, describe_failure,
+                        system_exit_reason as _exit_reason, tail as _tail, timeout_reason as _timeout_reason)
 from ._contention import ContentionSampler, summarize_steps
 from ._measures import check_measures, measure_figures
 from ._names import workload_target

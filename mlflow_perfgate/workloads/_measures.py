@@ -12,8 +12,7 @@ import math
 from types import MappingProxyType
 from typing import Any, Iterable
 
-from ..rules import OBJECTIVES
-from ..rules import to_python
+from ..rules import OBJECTIVES, to_python
 
 __all__ = ["check_measures", "measure_figures"]
 
