@@ -178,11 +178,11 @@ def arm_sites(workload: str, arms: dict[str, dict], *, keep_worktrees: bool = Fa
             working = str(revision) == WORKING_TREE
             if working:  # the checkout as it is: its children run here
                 head = _resolve(top, "HEAD", arm)
-                dirty = bool(git("status", "--porcelain", "--untracked-files=no", cwd=top))
                 # uncommitted changes give the fingerprint a digest of their diff: a group whose working tree
                 # changed between two calls (a resume) holds two environments within one arm, refused
-                state = head if not dirty else \
-                    f"{head}+{hashlib.sha256(git('diff', 'HEAD', '--binary', cwd=top).encode()).hexdigest()[:12]}"
+                diff = git("diff", "HEAD", "--binary", cwd=top)
+                dirty = bool(diff)
+                state = f"{head}+{hashlib.sha256(diff.encode()).hexdigest()[:12]}" if dirty else head
                 recorded["revision"], environment["git_revision"] = WORKING_TREE, state
                 labels.append(f"the working tree (HEAD {head[:12]}{', with uncommitted changes' if dirty else ''})")
             elif revision not in (None, ""):

@@ -696,13 +696,11 @@ def _require_importable(suite: SuiteSpec) -> None:
 
     for entry in suite.entries:
         if entry.runs:
-            try:
-                require_importable(entry.workload, child=entry.supervised)
-            except ValueError as exc:
-                error = InputError(f"suite entry {entry.name!r}: {exc}; nothing was run or logged")
-                error.suite_entry = entry.name
-                raise error from None
-            with _entry_errors(entry.name):  # a revision git cannot resolve: before the suite run exists
+            with _entry_errors(entry.name):  # named for the entry, before the suite run exists
+                try:
+                    require_importable(entry.workload, child=entry.supervised)
+                except ValueError as exc:
+                    raise InputError(f"{exc}; nothing was run or logged") from None
                 resolve_revisions({"baseline": entry.conditions, "candidate": {**entry.conditions, **entry.change}})
 
 
