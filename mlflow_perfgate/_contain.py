@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterable
 
 __all__ = ["UNAVAILABLE", "become_subreaper", "descendants", "die_with_parent", "kill_tree", "main", "reap_children"]
 
@@ -133,8 +134,10 @@ def _parents() -> dict[int, list[int]]:
     return tree
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children first), ``[]`` where there is no ``/proc``."""
+def descendants(pid: int, spare: Iterable[int] = ()) -> list[int]:
+    """Every process below ``pid`` (children first), ``[]`` where there is no ``/proc``; a process in
+    ``spare`` is left out, with everything below it."""
+    spare = set(spare)
     found: list[int] = []
     stack = [pid]
     tree = None
@@ -145,7 +148,7 @@ def descendants(pid: int) -> list[int]:
             tree = _parents()
             children = tree.get(current, [])
         for child in children:
-            if child not in found and child != pid:
+            if child not in found and child != pid and child not in spare:
                 found.append(child)
                 stack.append(child)
     return found
@@ -158,7 +161,7 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
-def kill_tree(root: int | None = None, *, include_root: bool = False) -> list[int]:
+def kill_tree(root: int | None = None, *, include_root: bool = False, spare: Iterable[int] = ()) -> list[int]:
     """SIGKILL every descendant of ``root`` (default: this process), stopped first so none can fork away.
 
     Each walk stops what it finds (``SIGSTOP``); the walks go on until one finds nothing new (a
@@ -169,6 +172,7 @@ def kill_tree(root: int | None = None, *, include_root: bool = False) -> list[in
     Args:
         root: the top of the tree; ``None`` is this process (never stopped or killed itself).
         include_root: stop ``root`` first and kill it last (a child of the caller, say).
+        spare: processes left alone, with everything below them (a child still at work).
 
     Returns:
         The pids killed (``root`` last when included).
@@ -179,7 +183,7 @@ def kill_tree(root: int | None = None, *, include_root: bool = False) -> list[in
         _signal(root, signal.SIGSTOP)
     found: list[int] = []
     for _ in range(_MAX_WALKS):
-        new = [pid for pid in descendants(root) if pid not in found]
+        new = [pid for pid in descendants(root, spare) if pid not in found]
         if not new:
             break
         for pid in new:
@@ -193,17 +197,20 @@ def kill_tree(root: int | None = None, *, include_root: bool = False) -> list[in
     return found
 
 
-def reap_children(wait_s: float = _REAP_S) -> int:
+def reap_children(wait_s: float = _REAP_S, spare: Iterable[int] = ()) -> int:
     """Reap this process's ended children (its own and those it adopted as a subreaper).
 
     For a process with no child it still means to wait for: it waits for any child, for up to
     ``wait_s`` seconds while some are left (orphans of killed processes arrive a moment after).
+    With ``spare`` (children still at work, never reaped here), it waits for the others only.
 
     Returns:
         How many were reaped.
     """
     reaped = 0
     deadline = time.monotonic() + wait_s
+    if spare:
+        return _reap_all_but(set(spare), deadline)
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -215,6 +222,26 @@ def reap_children(wait_s: float = _REAP_S) -> int:
             return reaped
         else:
             time.sleep(0.002)
+
+
+def _reap_all_but(spare: set[int], deadline: float) -> int:
+    """:func:`reap_children`, the children in ``spare`` left alone: each other child is waited for
+    by its pid, as ``/proc`` lists them (zombies included), until none is left or ``deadline``."""
+    reaped = 0
+    while True:
+        children = _children(os.getpid())
+        if children is None:  # no CONFIG_PROC_CHILDREN: every process's parent instead
+            children = _parents().get(os.getpid(), [])
+        left = [pid for pid in children if pid not in spare]
+        for pid in left:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            reaped += bool(done)
+        if not left or time.monotonic() > deadline:
+            return reaped
+        time.sleep(0.002)
 
 
 def _end_tree_and_exit(signum, frame) -> None:  # noqa: ARG001 - a signal handler's signature

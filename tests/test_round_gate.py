@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -119,3 +120,60 @@ def test_the_runs_started_beside_a_childs_tail_are_withdrawn_when_the_round_befo
         assert state == "excluded" and reason.startswith("withdrawn: compare stopped (") and "callback failed" in reason
         assert reason.endswith("before this attempt's round ran")
         assert "step_time_ms" not in run.data.metrics
+
+
+SLOW_TAIL = "tests.workloads_fixtures.hostile:slow_tail"
+
+
+def _server_children(runner) -> list[int]:
+    """The fork runner's server's children now (its attempts' children), from ``/proc``."""
+    pid = runner._server.process.pid
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as handle:
+            found.extend(int(item) for item in handle.read().split())
+    return found
+
+
+def _until(condition, what: str, limit_s: float = 60.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {limit_s} s: {what}"
+        time.sleep(0.01)
+
+
+def test_the_next_round_s_child_starts_beside_the_tail_of_the_one_before(tmp_path):
+    """Begun while the holding child is past its measured steps, a second child is forked at once (not
+    after that child's end): two children of the server at a time, each with its own result."""
+    release = tmp_path / "release"
+    held = {"release": str(release)}
+    with attempt_runner("fork", SLOW_TAIL) as runner:
+        first = runner.begin_interleaved(SLOW_TAIL, held, held, threads=1, warmup=0, steps=2)
+        assert first.measured() is True  # its tail now waits for `release`
+        second = runner.begin_interleaved(SLOW_TAIL, {}, {}, threads=1, warmup=0, steps=3)
+        _until(lambda: len(_server_children(runner)) == 2, "the second child forked beside the first one's tail")
+        release.touch()
+        a, b = first.finish()
+        assert a.ok and b.ok and len(a.step_times_ms) == 2, (a.failure, a.failure_detail)
+        c, d = second.finish()  # the first one's end (what it left killed) spared it
+        assert c.ok and d.ok and len(c.step_times_ms) == len(d.step_times_ms) == 3, (c.failure, c.failure_detail)
+        # one begun beside a tail and cancelled ends without measuring; the runner is whole after
+        release.unlink()
+        first = runner.begin_interleaved(SLOW_TAIL, held, held, threads=1, warmup=0, steps=2)
+        assert first.measured() is True
+        runner.begin_interleaved(SLOW_TAIL, {}, {}, threads=1, warmup=0, steps=2).cancel()
+        release.touch()
+        assert all(r.ok for r in first.finish())
+        assert all(r.ok for r in runner.run_interleaved(SLOW_TAIL, {}, {}, threads=1, warmup=0, steps=2))
+
+
+def test_a_child_killed_on_its_time_limit_spares_the_one_begun_beside_it(tmp_path):
+    never = {"release": str(tmp_path / "never")}
+    with attempt_runner("fork", SLOW_TAIL) as runner:
+        first = runner.begin_interleaved(SLOW_TAIL, never, never, threads=1, warmup=0, steps=2, timeout_s=5)
+        assert first.measured() is True  # its tail waits past its limit
+        second = runner.begin_interleaved(SLOW_TAIL, {}, {}, threads=1, warmup=0, steps=2)
+        a, b = first.finish()
+        assert not a.ok and "timeout" in a.failure, a.failure
+        c, d = second.finish()
+        assert c.ok and d.ok, (c.failure, c.failure_detail)

@@ -15,6 +15,7 @@ end becomes an :class:`AttemptResult`):
 from __future__ import annotations
 
 import collections
+import itertools
 import dataclasses
 import os
 import select
@@ -444,17 +445,25 @@ class _SpawnChild(_GatedChild):
 
 
 class _ForkChild(_GatedChild):
-    """A child of the fork runner's server begun ahead; the runner is held (its lock) until the end."""
+    """A child of the fork runner's server begun ahead; the runner is held (its lock) until the end.
+
+    One more may be begun while the child holding the runner is past its measured steps (its
+    tail: quality, memory record, probe): the server forks it at once (``ahead``), so that its
+    start, build and warm-up run beside that tail, not after it; the runner passes to it when
+    the first ends. Their events are told apart by their requests' ids.
+    """
 
     def __init__(self, runner: "ForkRunner", spec: dict, timeout_s: float, files: tuple[str, ...] = ()) -> None:
         super().__init__(spec, timeout_s, files)
         self.runner = runner
         self.ended = False  # the child's end was read (and held) while waiting for a reply
         self.pid: int | None = None
-        runner._lock.acquire()
+        self.holds = runner._take(self)  # False: begun beside the holder's tail, the runner passed on later
         try:
             self.server = runner._live_server()
-            request = runner._request("run", self.result_path, self.log_path, spec=self.spec)
+            request = runner._request("run", self.result_path, self.log_path, spec=self.spec,
+                                      **({} if self.holds else {"ahead": True}))
+            self.request_id = request["id"]
             # what ended it already (the server died or never warmed up), else None: sent
             self.early, self.waited_s = runner._send(self.server, request)
         except BaseException:
@@ -465,7 +474,7 @@ class _ForkChild(_GatedChild):
         if self.early is not None:
             return self.early
         try:
-            return self.runner._events(self.server, deadline)
+            return self.runner._events(self.server, deadline, self.request_id)
         except BaseException:  # an interrupt: nothing of the request may outlive the server
             self.runner._discard(self.server)
             raise
@@ -483,7 +492,9 @@ class _ForkChild(_GatedChild):
                     event = server.read_new_event(time.monotonic())
                     if event is None:
                         break
-                    server.held.append(event)
+                    server.hold(event)
+                    if event.get("id", self.request_id) != self.request_id:
+                        continue  # the other child's (begun ahead, or the one whose tail this one's start overlaps)
                     attempt = event.get("phase", "attempt") == "attempt"  # not the child that vets the import
                     if event.get("event") == "started" and attempt:
                         self.pid = event.get("pid")
@@ -506,8 +517,8 @@ class _ForkChild(_GatedChild):
                                       self.result_path, self.log_path, self.timeout_s)
 
     def kill(self) -> None:
-        pids = set(self.server.children) | ({self.pid} if self.pid is not None else set())
-        for pid in pids:
+        # not announced yet: every child of the server but another request's (one begun beside it)
+        for pid in {self.pid} if self.pid is not None else self.server.children_of(self.request_id):
             kill_group(pid)
 
     def _end_unmeasured(self) -> None:
@@ -516,7 +527,7 @@ class _ForkChild(_GatedChild):
     def release(self) -> None:
         if self.done:
             return
-        self.runner._lock.release()
+        self.runner._give_back(self)
         super().release()
 
 
@@ -553,6 +564,12 @@ class _GatedPair(PendingPair):
         self.child.cancel()
 
 
+def _for(event: dict, request_id: Any) -> bool:
+    """Whether ``event`` is the reader's of request ``request_id``: its own, or one of no request
+    (``ready``, ``status``, a server of an earlier release, which names none)."""
+    return "id" not in event or event["id"] == request_id
+
+
 class _Server:
     """The runner's side of one attempt server process."""
 
@@ -569,10 +586,13 @@ class _Server:
                                             start_new_session=True, bufsize=0)
         self.ready = False
         self.info: dict = {}
-        #: Children the server announced and has not reported ended (their process groups).
+        #: Children the server announced and has not reported ended (their process groups), and the
+        #: request each was forked for (where the server names it).
         self.children: set[int] = set()
+        self.request_of: dict[int, Any] = {}
         self.buffer = b""
-        #: Events read ahead (a begun pair waiting for its ``measured`` byte), returned first.
+        #: Events read ahead (a begun pair waiting for its ``measured`` byte, or another request's
+        #: child in flight beside), returned first, in order, to their request's reader.
         self.held: collections.deque = collections.deque()
         self.finalizer = weakref.finalize(self, _Server._kill_process, self.process, self.children)
 
@@ -602,9 +622,23 @@ class _Server:
         except (BrokenPipeError, ValueError, OSError) as error:
             raise _ServerGone(str(error)) from error
 
-    def read_event(self, deadline: float | None) -> dict | None:
-        """The next event, or ``None`` once ``deadline`` (a ``time.monotonic()``) has passed."""
-        return self.held.popleft() if self.held else self.read_new_event(deadline)
+    def read_event(self, deadline: float | None, request_id: Any = None) -> dict | None:
+        """The next event of request ``request_id`` (or one of no request: ``ready``, ``status``; a
+        server of an earlier release names none), or ``None`` once ``deadline`` (a
+        ``time.monotonic()``) has passed. Another request's events are held for it."""
+        for index, event in enumerate(self.held):  # in the order they came
+            if _for(event, request_id):
+                del self.held[index]
+                return event
+        while True:
+            event = self.read_new_event(deadline)
+            if event is None or _for(event, request_id):
+                return event
+            self.hold(event)
+
+    def hold(self, event: dict) -> None:
+        """Keep an event read ahead for its request's reader."""
+        self.held.append(event)
 
     def read_new_event(self, deadline: float | None) -> dict | None:
         """:meth:`read_event`, past the events held."""
@@ -625,11 +659,18 @@ class _Server:
             raise _ServerGone(str(error)) from error
         if event.get("event") == "started":
             self.children.add(event["pid"])
+            if "id" in event:
+                self.request_of[event["pid"]] = event["id"]
         elif event.get("event") == "exited":
             self.children.discard(event["pid"])
+            self.request_of.pop(event["pid"], None)
         elif event.get("event") == "ready":
             self.ready, self.info = True, event
         return event
+
+    def children_of(self, request_id: Any) -> set[int]:
+        """The children in flight of request ``request_id``, and those of no known request (not another's)."""
+        return {pid for pid in self.children if self.request_of.get(pid, request_id) == request_id}
 
     def wait_ready(self, deadline: float) -> bool:
         while not self.ready:
@@ -693,6 +734,10 @@ class ForkRunner(AttemptRunner):
         #: Where its server and children run (``None``: here, as this process is now; ``_site``).
         self.site = site
         self._lock = threading.Lock()
+        #: The begun child that holds the runner (its lock), and one begun beside its tail (or None).
+        self._holder: _ForkChild | None = None
+        self._beside: _ForkChild | None = None
+        self._slots = threading.Lock()  # guards the two above
         self._scratch = tempfile.TemporaryDirectory(prefix="perfgate-runner-")
         self._server: _Server | None = None
         self._closed = False
@@ -716,6 +761,33 @@ class ForkRunner(AttemptRunner):
                 self._server.kill()
             self._start_server()
         return self._server
+
+    def _take(self, child: _ForkChild) -> bool:
+        """Hold the runner for ``child`` (``True``), or, while the child holding it is past its measured
+        steps and none is begun beside it yet, let ``child`` begin beside its tail (``False``)."""
+        with self._slots:
+            holder = self._holder
+            if holder is not None and self._beside is None and holder.gate.measured and not holder.done:
+                self._beside = child
+                return False
+        self._lock.acquire()
+        with self._slots:
+            self._holder = child
+        return True
+
+    def _give_back(self, child: _ForkChild) -> None:
+        """``child`` has ended: the runner passes to the child begun beside it, or is free."""
+        with self._slots:
+            if self._beside is child:
+                self._beside = None
+                return
+            if self._holder is not child:
+                return
+            self._holder, self._beside = self._beside, None
+            if self._holder is not None:
+                self._holder.holds = True  # the lock stays held, now for it
+                return
+        self._lock.release()
 
     def _discard(self, server: _Server) -> None:
         server.kill()
@@ -907,7 +979,7 @@ class ForkRunner(AttemptRunner):
         The wait for the server to finish warming up is not charged to the attempt's deadline.
         """
         early, waited_s = self._send(server, request)
-        ending = early or self._events(server, deadline + waited_s)
+        ending = early or self._events(server, deadline + waited_s, request.get("id"))
         ending.waited_s = waited_s
         return ending
 
@@ -930,14 +1002,14 @@ class ForkRunner(AttemptRunner):
             return self._server_died(server, None), waited_s
         return None, waited_s
 
-    def _events(self, server: _Server, deadline: float) -> _Ending:
+    def _events(self, server: _Server, deadline: float, request_id: Any = None) -> _Ending:
         """Follow a sent request's events to its ``done``, the deadline enforced here."""
         child = None
         try:
             while True:
-                event = server.read_event(deadline)
+                event = server.read_event(deadline, request_id)
                 if event is None:
-                    return self._time_out(server, child)
+                    return self._time_out(server, child, request_id)
                 kind = event.get("event")
                 if kind == "started":
                     child = event["pid"]
@@ -960,16 +1032,17 @@ class ForkRunner(AttemptRunner):
         self._discard(server)
         return _Ending("server_died", reason=how, note=f"the attempt server's log:\n{server.log_tail()}")
 
-    def _time_out(self, server: _Server, child: int | None) -> _Ending:
-        """Kill the child in flight (its process group) and collect the server's report of its end."""
+    def _time_out(self, server: _Server, child: int | None, request_id: Any = None) -> _Ending:
+        """Kill the request's child (its process group) and collect the server's report of its end;
+        another child in flight beside it (begun ahead) is left alone."""
         grace = time.monotonic() + _REAP_GRACE_S
         exitcode = None
         try:
             # A child the server forked but had not announced yet is announced within the grace.
             while True:
-                for pid in server.children:
+                for pid in {child} if child is not None else server.children_of(request_id):
                     kill_group(pid)
-                event = server.read_event(grace)
+                event = server.read_event(grace, request_id)
                 if event is None:
                     self._discard(server)
                     return _Ending("timeout", exitcode=exitcode, note="the attempt server did not report the end")
@@ -995,9 +1068,15 @@ class ForkRunner(AttemptRunner):
             self._scratch.cleanup()
 
 
+#: Request ids, unique in this process (each runner's server sees its own, increasing).
+_REQUEST_IDS = itertools.count(1)
+
+
 def _request(op: str, result_path: Path, log_path: Path, site: Site | None = None, **fields: Any) -> dict:
-    """A request to the server for a child: where it writes, and its directory, environment and
-    ``sys.path``: this process's now (the child runs as a spawned one would, here), or ``site``'s."""
+    """A request to the server for a child: its ``id`` (which its events carry), where it writes, and
+    its directory, environment and ``sys.path``: this process's now (the child runs as a spawned one
+    would, here), or ``site``'s."""
+    fields = {"id": next(_REQUEST_IDS), **fields}
     if site is None:
         return {"op": op, **fields, "result": str(result_path), "log": str(log_path), "cwd": os.getcwd(),
                 "env": child_env(), "path": [os.path.abspath(p) for p in sys.path if p]}

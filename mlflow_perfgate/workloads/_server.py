@@ -19,11 +19,18 @@ that child.
 Protocol: one versioned JSON object a line (``_wire``), requests on stdin, events on stdout; the
 server's own log is stderr. Requests ``run`` (an attempt), ``check`` (whether a workload's name
 resolves: the supervised import alone), ``status`` and ``exit``; end of stdin (the runner is
-gone) also ends the server, and with it the attempt in flight. A request's events are
+gone) also ends the server, and with it the attempts in flight. A request's events are
 ``started`` and ``exited`` for each child (with its pid, so that the runner can kill its process
 group on a timeout) and a last ``done`` (``outcome`` ``exited``, ``checked`` or ``refused``, a
-workload name that cannot be resolved). The server reports how its children end; the runner
-enforces timeouts and turns every ending into an :class:`AttemptResult`.
+workload name that cannot be resolved); each carries the request's ``id`` where it had one. The
+server reports how its children end; the runner enforces timeouts and turns every ending into
+an :class:`AttemptResult`.
+
+One child runs at a time, but for one: a ``run`` request marked ``ahead`` that arrives while a
+child runs (the runner sends one once that child's measured steps are over, for the next round)
+is forked at once, so that its start, build and warm-up run beside the other's tail; it waits at
+its gate meanwhile. It is followed once the running child has ended (and what that child left
+is killed, the ahead child spared).
 
 Containment (``mlflow_perfgate._contain``): the server starts under ``_contain run``, with a
 parent-death SIGTERM towards the runner, which it handles by killing its whole tree; it is a
@@ -35,6 +42,7 @@ its descendants when it ends (``_child.exit_now``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import gc
 import importlib
@@ -45,6 +53,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -150,6 +159,28 @@ def default_threads() -> int | None:
         return None
 
 
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when child ``pid`` ends (``None`` where there is none: poll)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+@dataclasses.dataclass
+class _Ahead:
+    """A child forked ahead, beside the running one: its pid, its request and its ``pidfd``."""
+
+    pid: int
+    request: dict
+    pidfd: int | None
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
 class Server:
     """The request loop; every child it forks leaves through :func:`exit_now`, never back here."""
 
@@ -170,10 +201,18 @@ class Server:
         self.started = time.perf_counter()
         self.warm_s = 0.0
         self.default_threads: int | None = None
+        #: The ``id`` of the request being served (its events carry it).
+        self.serving: Any = None
+        #: A child forked ahead (``run`` with ``ahead``) while another runs.
+        self.ahead: _Ahead | None = None
 
     # -- protocol ---------------------------------------------------------------------------
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict, request_id: Any = None) -> None:
+        """Write one event; ``request_id`` (default: the request being served) is its ``id``."""
+        request_id = self.serving if request_id is None else request_id
+        if request_id is not None and "id" not in message:
+            message = {**message, "id": request_id}
         data = encode_line(message)
         try:
             while data:
@@ -197,22 +236,26 @@ class Server:
         """Wait for child ``pid`` to end and return its exit code (negative: a signal).
 
         Standard input is watched meanwhile: if the runner goes away, the child's process
-        group is killed and the server ends. Once the child has ended, whatever it left is
-        killed: the server is a subreaper, so a process the child started in a session of its
-        own, orphaned when the child died (a crash, a kill on a timeout), is the server's now.
+        group is killed and the server ends; a ``run`` request marked ``ahead`` is forked at
+        once (:meth:`take_ahead`). Once the child has ended, whatever it left is killed: the
+        server is a subreaper, so a process the child started in a session of its own, orphaned
+        when the child died (a crash, a kill on a timeout), is the server's now. A child forked
+        ahead is spared, with what is below it.
         """
+        pidfd = _pidfd(pid)
         try:
-            pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            pidfd = None
-        try:
+            self.take_ahead()  # one read with the request before this child's
             while True:
-                watched = [self.requests] if pidfd is None else [self.requests, pidfd]
-                ready, _, _ = select.select(watched, [], [], _POLL_S if pidfd is None else None)
+                ahead = self.ahead
+                watched = [fd for fd in (self.requests, pidfd, ahead and ahead.pidfd) if fd is not None]
+                polling = pidfd is None or (ahead is not None and ahead.pidfd is None)
+                ready, _, _ = select.select(watched, [], [], _POLL_S if polling else None)
                 if pidfd is None or pidfd in ready:
                     done, status = os.waitpid(pid, os.WNOHANG)
                     if done:
                         return os.waitstatus_to_exitcode(status)
+                if ahead is not None and (ahead.pidfd is None or ahead.pidfd in ready):
+                    self.ahead_ended(pid)
                 if self.requests in ready:
                     try:
                         self._fill()
@@ -221,12 +264,48 @@ class Server:
                         kill_group(pid)
                         os.waitpid(pid, 0)
                         raise
+                    self.take_ahead()
         finally:
             if pidfd is not None:
                 os.close(pidfd)
-            # The server's only child was this one: every other is an orphan it adopted.
-            _contain.kill_tree()
-            _contain.reap_children()
+            # The server's children were this one and one forked ahead: every other is an orphan it adopted.
+            spared = () if self.ahead is None else (self.ahead.pid,)
+            _contain.kill_tree(spare=spared)
+            _contain.reap_children(spare=spared)
+
+    def ahead_ended(self, running: int) -> None:
+        """If the child forked ahead has ended while child ``running`` still runs (it was cancelled at
+        its gate, or it died), what it left is killed and its ``exited`` and ``done`` are sent now."""
+        ahead = self.ahead
+        done, status = os.waitpid(ahead.pid, os.WNOHANG)
+        if not done:
+            return
+        self.ahead = None
+        ahead.close()
+        _contain.kill_tree(spare=(running,))
+        _contain.reap_children(spare=(running,))
+        exitcode = os.waitstatus_to_exitcode(status)
+        request_id = ahead.request.get("id")
+        self.send({"event": "exited", "pid": ahead.pid, "phase": "attempt", "exitcode": exitcode}, request_id)
+        self.send({"event": "done", "outcome": "exited", "phase": "attempt", "exitcode": exitcode}, request_id)
+
+    def take_ahead(self) -> None:
+        """Fork the next request's child now if it is a ``run`` marked ``ahead`` whose workload was
+        vetted already (one at a time); every other request waits in the buffer for its turn."""
+        if self.ahead is not None or b"\n" not in self.buffer:
+            return
+        line, rest = self.buffer.split(b"\n", 1)
+        request = decode_line(line, "a request to the attempt server")
+        if request.get("op") != "run" or not request.get("ahead"):
+            return
+        spec = request["spec"]
+        verdict = self.verdicts.get(spec.get("workload"))
+        if verdict is None or "refused" in verdict:
+            return  # vetted (a child and a wait of its own) or refused in its turn
+        self.buffer = rest
+        pid = self.fork_child(request, lambda: run_spec(spec, request["result"]))
+        self.ahead = _Ahead(pid, request, _pidfd(pid))
+        self.send({"event": "started", "pid": pid, "phase": "attempt"}, request.get("id"))
 
     # -- children ---------------------------------------------------------------------------
 
@@ -401,6 +480,10 @@ class Server:
             return
         pid = self.fork_child(request, lambda: run_spec(spec, request["result"]))
         self.send({"event": "started", "pid": pid, "phase": "attempt"})
+        self.follow(pid)
+
+    def follow(self, pid: int) -> None:
+        """Wait for the attempt's child ``pid`` to end; its ``exited`` and ``done`` events."""
         exitcode = self.wait_child(pid)
         self.send({"event": "exited", "pid": pid, "phase": "attempt", "exitcode": exitcode})
         self.send({"event": "done", "outcome": "exited", "phase": "attempt", "exitcode": exitcode})
@@ -451,7 +534,14 @@ class Server:
                            "env": dict(os.environ)}
                 self.verdicts[preload], _ = self.vet(preload, request)
             while True:
+                if self.ahead is not None:  # forked while the previous child ran: followed now
+                    ahead, self.ahead = self.ahead, None
+                    ahead.close()
+                    self.serving = ahead.request.get("id")
+                    self.follow(ahead.pid)
+                    continue
                 request = self.next_request()
+                self.serving = request.get("id")
                 op = request.get("op")
                 if op == "run":
                     self.run(request)

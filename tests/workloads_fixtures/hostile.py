@@ -115,6 +115,22 @@ def nan_quality(conditions: dict) -> _Hostile:
     return workload
 
 
+def slow_tail(conditions: dict) -> _Hostile:
+    """Steps are fine; ``quality()`` (its tail) waits until the file ``conditions['release']`` exists,
+    for up to 120 s (at once without ``release``)."""
+    workload = _Hostile({"fail_at": 10**9}, lambda: 1.0)
+    release = conditions.get("release")
+
+    def quality() -> float:
+        deadline = time.monotonic() + 120
+        while release and not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return 0.5
+
+    workload.quality = quality
+    return workload
+
+
 def broken_factory(conditions: dict):
     """The factory itself raises ``ValueError`` for a condition."""
     raise ValueError(f"flavour must be one of ['plain'], got {conditions.get('flavour')!r}")
