@@ -28,6 +28,10 @@ def test_later_attempts_carry_their_arm_s_first_estimate(sqlite_uri, interleave)
         mine = [run for run in runs if run[0] == arm]
         first, later = mine[0], mine[1:]
         assert first[2] is None and first[3] > 0 and first[4] == "estimated"  # estimated by the attempt itself
+        if interleave == "steps":  # the second round's child was begun beside the first round's tail, before
+            second, later = later[0], later[1:]  # its estimates were logged: it made its own, the same figure
+            assert second[2] is None and second[3] == first[3] and second[4] == "estimated"
+        assert later
         for run in later:  # carried: the first attempt named, its figure, its status
             assert run[2] == first[1] and run[3] == first[3] and run[4] == "estimated"
 

@@ -50,14 +50,19 @@ class Comparison(ComparisonRun):
         done, so no measured step runs beside them. A round is logged before the next one's
         measured steps start: a stop then loses nothing measured.
 
-        The next round's two runs are started beside this child's tail (its quality, memory record
-        and probe, after its measured steps), once a round of the comparison has been logged (its
-        checks passed); if the comparison stops before that round is let through, they are
-        withdrawn (excluded, never judged).
+        The next round's child is begun beside this child's tail (its quality, memory record and
+        probe, after its measured steps), where the runner can run two children at once (the fork
+        runner): its start, build and warm-up then overlap that tail instead of following it. Its
+        two runs are started there too, once a round of the comparison has been logged (its checks
+        passed); if the comparison stops before that round is let through, they are withdrawn
+        (excluded, never judged), and its child ends without measuring.
         """
         previous = None
-        for index in range(count):
-            previous = self._round(first_pair + index, previous, bar, last=index == count - 1)
+        try:
+            for index in range(count):
+                previous = self._round(first_pair + index, previous, bar, last=index == count - 1)
+        finally:
+            self._cancel_begun()
         if previous is not None:
             self._report_round(*previous, bar)
 
@@ -72,8 +77,7 @@ class Comparison(ComparisonRun):
         plan = self.plan
         order = self._order(pair)
         logged_next = () if previous is None else tuple(zip(previous[0], previous[2]))
-        arguments = dict(timeout_s=2 * plan.timeout_s, threads=plan.threads,
-                         memory=self.memory.needed(*order, pending=logged_next), measures=plan.measures)
+        arguments = self._arguments(order, logged_next)
         if not isinstance(self.active, AttemptRunner):  # in this process: nothing can run ahead
             if previous is not None:
                 self._report_round(*previous, bar)
@@ -81,21 +85,19 @@ class Comparison(ComparisonRun):
             results = run_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
                                       supervised=plan.supervised, runner=self.active, **arguments)
         else:
-            if plan.interleave in LOCKSTEP_MODES:
-                pending = self.active.begin_lockstep(plan.workload, self.arms[order[0]], self.arms[order[1]],
-                                                     duet=plan.interleave == "duet", **arguments)
+            if self.begun is not None and self.begun[0] == pair:  # begun beside the previous round's tail, or
+                pending, self.begun = self.begun[1], None          # while the comparison opened
             else:
-                pending = self.active.begin_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]],
-                                                        **arguments)
+                self._cancel_begun()
+                pending = self._begin(order, arguments)
             try:
                 if previous is not None:
                     self._report_round(*previous, bar)
                 started = self._started(order, pair)
-                if not last and self.rounds_logged and pending.measured():
-                    for arm in self._order(pair + 1):
-                        self._start(arm, pair + 1, ahead=True)
                 if pending.measured():  # only the tail is left: a stop waits for it (briefly), nothing is lost
                     with _tail_held():  # a signal held meanwhile is raised at its end: the round is stop()'s
+                        if not last:
+                            self._ahead_of(pair + 1)
                         results = pending.finish()
                         self.unreported = (order, started, results)
                 else:
@@ -105,6 +107,43 @@ class Comparison(ComparisonRun):
                 raise
         self.unreported = (order, started, results)  # measured: written by the next round, or by stop()
         return order, started, results
+
+    def _ahead_of(self, pair: int) -> None:
+        """Beside this round's tail: the next round's child begun (its start, build and warm-up overlap
+        the tail; not for lockstep rounds, whose children run at two sites) and, once a round of the
+        comparison has been logged (its checks passed), its two runs started."""
+        following = self._order(pair)
+        if self.plan.interleave not in LOCKSTEP_MODES:  # (the previous round is logged: its estimates are held)
+            self.begun = (pair, self._begin(following, self._arguments(following)))
+        if self.rounds_logged:
+            for arm in following:
+                self._start(arm, pair, ahead=True)
+
+    def begin_first_round(self) -> None:
+        """A new group's first round (pair 0) begun now, while the store is read and the comparison run
+        made: its child's start, build and warm-up are then off the comparison's start. Not for whole
+        attempts, a resume (its next pair is read from the group) or a runner in this process."""
+        from ..workloads import AttemptRunner
+
+        plan = self.plan
+        if plan.resume or plan.interleave == "attempts" or not isinstance(self.active, AttemptRunner):
+            return
+        order = self._order(0)
+        self.begun = (0, self._begin(order, self._arguments(order)))
+
+    def _arguments(self, order: tuple, pending: tuple = ()) -> dict:
+        """What a round's child is begun with (``pending``: the previous round's ``(arm, result)`` pairs, not logged yet)."""
+        plan = self.plan
+        return dict(timeout_s=2 * plan.timeout_s, threads=plan.threads,
+                    memory=self.memory.needed(*order, pending=pending), measures=plan.measures)
+
+    def _begin(self, order: tuple, arguments: dict):
+        """A round's child begun (its arms in ``order``): it waits at its gate once both arms are warm."""
+        plan = self.plan
+        if plan.interleave in LOCKSTEP_MODES:
+            return self.active.begin_lockstep(plan.workload, self.arms[order[0]], self.arms[order[1]],
+                                              duet=plan.interleave == "duet", **arguments)
+        return self.active.begin_interleaved(plan.workload, self.arms[order[0]], self.arms[order[1]], **arguments)
 
     def _report_round(self, order: tuple, started: list, results: tuple, bar) -> None:
         """A round's two attempts written and checked; a round that found both arms cannot share a

@@ -34,6 +34,9 @@ class ComparisonRun:
         self.deferred: list[str] = []  # attempts kept in the journal while the server was down
         self.in_flight: list = []  # the started attempts whose outcome is not known yet (KILLED if compare stops)
         self.ahead: dict[int, list] = {}  # pair -> its runs started before its round was let through
+        #: ``(pair, pending)``: a round's child begun ahead (beside the previous round's tail, or while the
+        #: comparison opened: ``Comparison.run_rounds``), let through when that round comes
+        self.begun: tuple | None = None
         self.rounds_logged = 0
         self.witness = _ChangeWitness(plan.variable)  # the factory must not ignore the change (once per arm)
         self.quality_seen = plan.allow_undecidable  # the quality gate must be able to fail (first baseline)
@@ -76,6 +79,7 @@ class ComparisonRun:
             ready_store_while_warming(plan.workload, self.active, plan.timeout_s,
                                        arms=self.arms if self.sites is not None else None,
                                        labels=None if self.sites is None else self.sites.labels)
+            self.begin_first_round()  # its child starts, builds and warms up while the group is read
             self.group = plan.group or (f"{plan.workload.split(':')[-1]}-{plan.variable}-"
                                         f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
             self.held = group_state(self.group, experiment_name=plan.experiment_name)
@@ -295,7 +299,18 @@ class ComparisonRun:
         except Exception:  # the server may be what failed; the original error matters
             pass
 
+    def begin_first_round(self) -> None:
+        """Begin the first round's child ahead, where the rounds run in children (:class:`~._comparison.Comparison`)."""
+
+    def _cancel_begun(self) -> None:
+        """A round's child begun ahead and never let through (its gate): it ends without measuring."""
+        if self.begun is not None:
+            (_, begun), self.begun = self.begun, None
+            begun.cancel()
+
     def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._cancel_begun()
         if self.owned and self.active is not None:
             self.active.close()
             self.owned = False

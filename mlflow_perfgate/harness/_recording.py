@@ -116,9 +116,11 @@ class _MemoryCarrier:
     parameters, gradients and optimizer state, and of what autograd saves on the probe batch),
     not a measurement: the same conditions give the same figure. Unless the objective judges it
     (memory, whose metric is ``peak_mem_mib``: then every attempt's estimate is a sample), an arm's first successful
-    attempt makes it and later attempts of that arm skip it (one forward and backward each); their
-    results carry the first one's record, and their runs name the attempt it came from
-    (``perfgate.mem_estimate_from``). A measured record (CUDA's peak) is never carried.
+    attempt makes it and the attempts of that arm begun after it was logged skip it (one forward and
+    backward each); their results carry the first one's record, and their runs name the attempt it
+    came from (``perfgate.mem_estimate_from``). A round's child begun beside the previous round's
+    tail, before that round was logged, makes its own (the same figure). A measured record (CUDA's
+    peak) is never carried.
     """
 
     def __init__(self, objective: str):
