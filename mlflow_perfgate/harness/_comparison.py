@@ -109,12 +109,11 @@ class Comparison(ComparisonRun):
         return order, started, results
 
     def _ahead_of(self, pair: int) -> None:
-        """Beside this round's tail: the next round's child begun (its start, build and warm-up overlap
-        the tail; not for lockstep rounds, whose children run at two sites) and, once a round of the
-        comparison has been logged (its checks passed), its two runs started."""
-        following = self._order(pair)
-        if self.plan.interleave not in LOCKSTEP_MODES:  # (the previous round is logged: its estimates are held)
-            self.begun = (pair, self._begin(following, self._arguments(following)))
+        """Beside this round's tail: the next round's child (lockstep: children) begun, its start, build and
+        warm-up overlapping the tail, and, once a round of the comparison has been logged (its checks
+        passed), its two runs started."""
+        following = self._order(pair)  # (the previous round is logged: its estimates are held)
+        self.begun = (pair, self._begin(following, self._arguments(following)))
         if self.rounds_logged:
             for arm in following:
                 self._start(arm, pair, ahead=True)

@@ -232,10 +232,16 @@ class LockstepPair:
                 child.open()
 
     def measured(self) -> bool:
-        """Open both gates and run every measured step; whether any step was measured."""
+        """Open both gates, run every measured step and end them (the children's tails begin); whether any
+        step was measured. Each child is then past its measured steps (``gate.measured``): the next
+        round's children may begin beside these tails (``_runner.ForkRunner``)."""
         self.open()
         if not self.driven:
             self._drive()
+            for which, child in enumerate(self.children):
+                if self.answering[which]:
+                    child.gate.send(END)
+                child.gate.measured = True
         return any(self.times)
 
     def _step(self, which: int, position: int) -> None:
@@ -288,9 +294,6 @@ class LockstepPair:
             raise ValueError("this pair was finished or cancelled already")
         try:
             self.measured()
-            for which, child in enumerate(self.children):
-                if self.answering[which]:
-                    child.gate.send(END)
             results = []
             for which, child in enumerate(self.children):  # both tails run at once; nothing is measured now
                 results.append(self._own(which, child.lead()))
