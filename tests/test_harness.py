@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -508,3 +509,54 @@ def test_a_factory_s_declared_conditions_are_recorded_and_a_set_that_disagrees_i
     with pytest.raises(pg.errors.InputError, match="perfgate_conditions must be a dict of condition names to values, got list"):
         compare("declares:bad", {"warmup": 1, "steps": 3}, {"checkpoint": True}, attempts=2, supervised=False,
                 progress=False, min_valid_runs=2, env_mismatch="warn", **SPEC)
+
+
+def test_a_declaration_is_read_through_the_comparison_s_warm_server_with_the_same_answers(sqlite_uri, tmp_path,
+                                                                                         monkeypatch):
+    """Supervised by the fork runner, ``compare`` makes its runner first and reads the declaration in a
+    child of its warm server (torch imported there already), not in a fresh interpreter: the same
+    answers and refusals; a comparison refused after the read leaves no server behind."""
+    from mlflow_perfgate import _contain
+    from mlflow_perfgate.harness import with_declared_conditions
+    from mlflow_perfgate.workloads import attempt_runner
+
+    (tmp_path / "declares.py").write_text(
+        "from mlflow_perfgate.workloads.tinylm import make_workload\n\n\n"
+        "def make(conditions):\n    return make_workload(conditions)\n\n\n"
+        "make.perfgate_conditions = {'model': 'TinyLM', 'input_shape': '2,16', 'batch_size': 2, 'dtype': 'fp32',\n"
+        "                            'device': 'cpu', 'measurement_method': 'wall_ms', 'checkpoint': 'false'}\n\n\n"
+        "def bad(conditions):\n    return make_workload(conditions)\n\n\n"
+        "bad.perfgate_conditions = ['model']\n")
+    (tmp_path / "needs_dep.py").write_text("import needs_dep_not_installed  # noqa\n\n\ndef make(c):\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    with attempt_runner("fork", "declares:make") as runner:  # a child of its warm server reads each
+        assert with_declared_conditions("declares:make", {}, runner=runner)["batch_size"] == 2
+        with pytest.raises(pg.errors.InputError, match="No module named 'needs_dep_not_installed'"):
+            with_declared_conditions("needs_dep:make", {}, runner=runner)
+        assert with_declared_conditions("not_here_at_all:make", {}, runner=runner) == {}
+        with pytest.raises(pg.errors.InputError, match="perfgate_conditions must be a dict"):
+            with_declared_conditions("declares:bad", {}, runner=runner)
+    # made to declare: the server reads it first thing, before its own warm-up
+    monkeypatch.setenv("PERFGATE_HOSTILE_IMPORT", "1")  # crash_on_import's import segfaults (in the child)
+    for name, expected in (("declares:make", "batch_size"), ("needs_dep:make", "No module named 'needs_dep_not"),
+                           ("declares:bad", "perfgate_conditions must be a dict"), ("declares:nothing", {}),
+                           ("tests.workloads_fixtures.crash_on_import:make", "could not be read: importing its "
+                                                                               "module")):
+        with attempt_runner("fork", name, declare=True) as runner:
+            assert runner.declares == name
+            if isinstance(expected, dict):
+                assert with_declared_conditions(name, {}, runner=runner) == expected
+            elif expected == "batch_size":
+                assert with_declared_conditions(name, {}, runner=runner)["batch_size"] == 2
+            else:
+                with pytest.raises(pg.errors.InputError, match=expected):
+                    with_declared_conditions(name, {}, runner=runner)
+    before = set(_contain.descendants(os.getpid()))
+    result = compare("declares:make", {"warmup": 1, "steps": 3}, {"checkpoint": True}, attempts=2, runner="fork",
+                     progress=False, min_valid_runs=2, env_mismatch="warn", allow_undecidable=True, **SPEC)
+    params = MlflowClient().get_run(result["comparison_run_id"]).data.params
+    assert (params["model"], params["batch_size"], params["measurement_method"]) == ("TinyLM", "2", "wall_ms")
+    with pytest.raises(pg.errors.InputError, match=r"--set batch_size=4 disagrees"):
+        compare("declares:make", {"warmup": 1, "steps": 3, "batch_size": "4"}, {"checkpoint": True}, attempts=2,
+                runner="fork", progress=False, min_valid_runs=2, env_mismatch="warn", **SPEC)
+    assert set(_contain.descendants(os.getpid())) <= before  # the runner made for the read was closed

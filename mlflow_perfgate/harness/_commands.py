@@ -296,8 +296,11 @@ def diagnose(
     started_ms = int(time.time() * 1000)
     if attempts is not None and (type(attempts) is not int or attempts < 1):
         raise InputError(f"attempts must be a positive integer, got {attempts!r}")
-    base = with_declared_conditions(
-        workload, base_conditions(workload, conditions, RECOMMENDED["attempts"] if attempts is None else attempts))
+    from ..workloads import AttemptRunner
+
+    base = with_declared_conditions(  # a caller's runner reads it (pipeline's: its warm server forks the child)
+        workload, base_conditions(workload, conditions, RECOMMENDED["attempts"] if attempts is None else attempts),
+        runner=runner if isinstance(runner, AttemptRunner) else None)
     require_fixed_conditions(base)
     from ..errors import WorkloadFailed
 

@@ -64,14 +64,17 @@ class ComparisonRun:
     def open(self) -> None:
         """Everything before the first attempt; the runner is closed again if any of it fails."""
         plan = self.plan
-        self.place_arms()
-        # One runner for the whole comparison: with fork, one warm server for all its attempts (and
-        # where the arms run apart, one per arm and site).
+        if plan.owns_runner:  # made by the plan, which read the workload's declaration through it
+            self.active, self.owned = plan.runner, True
         try:
-            self.active, self.owned = runner_for(plan.runner, plan.workload, plan.supervised, sites=self.sites,
-                                                  lockstep=plan.interleave in LOCKSTEP_MODES)
+            self.place_arms()
+            # One runner for the whole comparison: with fork, one warm server for all its attempts (and
+            # where the arms run apart, one per arm and site).
+            if not plan.owns_runner:
+                self.active, self.owned = runner_for(plan.runner, plan.workload, plan.supervised, sites=self.sites,
+                                                      lockstep=plan.interleave in LOCKSTEP_MODES)
         except BaseException:
-            self._release_sites()
+            self.close()
             raise
         try:
             from ..tracking import group_state

@@ -120,14 +120,26 @@ def _shape(value: Any) -> list[int] | None:
     return parsed if isinstance(parsed, list) and all(isinstance(v, int) for v in parsed) else None
 
 
-def with_declared_conditions(workload: str, base: dict, change: Any = None) -> dict:
+def reads_declaration(workload: str, base: dict, change: Any = None) -> bool:
+    """Whether :func:`with_declared_conditions` reads ``workload``'s declaration (a factory of your own,
+    whose arms run here)."""
+    from ..sites import SITE_CONDITIONS
+
+    if workload == "tinylm" or workload.startswith("mlflow_perfgate."):  # ours declare nothing
+        return False
+    return not any(arm.get(name) not in (None, "") for arm in (base, change if isinstance(change, dict) else {})
+                   for name in SITE_CONDITIONS)
+
+
+def with_declared_conditions(workload: str, base: dict, change: Any = None, runner: Any = None) -> dict:
     """``base`` with the conditions its factory declares (``factory.perfgate_conditions``,
     ``workloads._declared``: the fixed ones, and the baseline value of a knob such as ``hidden``)
     where no ``--set`` gives them.
 
     Read for every workload of your own whose arms run here (a ``revision`` or ``python`` condition
-    places each arm's code elsewhere: there they are given with ``--set``), in a child process
-    (about a second and a half: the module's imports). A given condition that disagrees with the
+    places each arm's code elsewhere: there they are given with ``--set``), in a child process:
+    ``runner``'s (a fork runner's warm server forks it: the module's own imports), else a fresh
+    interpreter (about a second and a half: torch's imports too). A given condition that disagrees with the
     declared one is refused, naming both values (numbers compared as numbers: ``02`` is 2); the
     changed variable keeps its two values (the declaration is the baseline's, as a ``--set`` is).
 
@@ -140,17 +152,13 @@ def with_declared_conditions(workload: str, base: dict, change: Any = None) -> d
             a ``--set`` disagrees with it.
     """
     from ..rules import FIXED_CONDITIONS
-    from ..sites import SITE_CONDITIONS
     from ..tracking import canonical_value
     from ..workloads import ATTRIBUTE, DeclarationUnreadable, declared_conditions
 
-    if workload == "tinylm" or workload.startswith("mlflow_perfgate."):  # ours declare nothing
-        return base
-    if any(arm.get(name) not in (None, "") for arm in (base, change if isinstance(change, dict) else {})
-           for name in SITE_CONDITIONS):
+    if not reads_declaration(workload, base, change):
         return base
     try:
-        declared = declared_conditions(workload)
+        declared = declared_conditions(workload, runner=runner)
     except DeclarationUnreadable as exc:
         changed = list(change) if isinstance(change, dict) else []
         if all(base.get(key) is not None for key in FIXED_CONDITIONS) and all(key in base for key in changed):

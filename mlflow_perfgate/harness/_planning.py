@@ -16,8 +16,9 @@ from typing import Any, Callable
 from .. import rules
 from ..errors import InputError
 
-from ._conditions import (INTERLEAVE_MODES, base_conditions, _check_counts, check_interleave, _lockstep_refusal,
-                          _steps_refusal, validated_change, require_fixed_conditions, with_declared_conditions)
+from ._conditions import (INTERLEAVE_MODES, LOCKSTEP_MODES, base_conditions, _check_counts, check_interleave,
+                          _lockstep_refusal, _steps_refusal, reads_declaration, validated_change,
+                          require_fixed_conditions, with_declared_conditions)
 from ._recording import gpu_name_of
 
 
@@ -180,6 +181,8 @@ class Plan:
     keep_worktrees: bool = False
     #: a resume under a policy other than the group's recorded one starts a new plan (else it is refused).
     new_plan: bool = False
+    #: ``runner`` was made by the plan (it read the workload's declaration through it): the comparison closes it.
+    owns_runner: bool = False
 
     @property
     def most(self) -> int:
@@ -261,7 +264,56 @@ def plan_comparison(workload: str, conditions: dict, change: dict, *, attempts: 
     policy = policy.settled()  # the comparison's decision reads nothing back from its run
     if one:  # why steps cannot share a process, before the fixed keys
         check_interleave(interleave, str(next(iter(change))), base, objective, supervised, runner)
-    base = with_declared_conditions(workload, base, change)
+    early = _early_runner(workload, base, change, runner, supervised, interleave)
+    try:
+        plan = _plan_declared(workload, base, change, early or runner, conditions=conditions, attempts=attempts,
+                              auto=auto, objective=objective, policy=policy, until_decisive=until_decisive, cap=cap,
+                              max_attempts=max_attempts, interleave=interleave, supervised=supervised,
+                              hypothesis=hypothesis, evaluate_kwargs=evaluate_kwargs, configuration=configuration,
+                              rest=rest)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
+    return dataclasses.replace(plan, owns_runner=True) if early is not None else plan
+
+
+def _early_runner(workload: str, base: dict, change: Any, runner: Any, supervised: bool, interleave: str) -> Any:
+    """The comparison's fork runner, made now where the workload's declaration is to be read (a factory of
+    your own, run here, in step-interleaved rounds or whole attempts): its server reads it in a child
+    first thing (torch imported, before the rest of its warm-up), and the imports the decision needs
+    are made here meanwhile, until it is read; ``None`` otherwise."""
+    from ..workloads import runner_kind
+
+    if not (supervised and isinstance(runner, str) and interleave not in LOCKSTEP_MODES
+            and reads_declaration(workload, base, change)):
+        return None
+    try:
+        if runner_kind(runner) != "fork":
+            return None
+    except ValueError:
+        return None  # refused with its own message where the comparison makes its runner
+    from ._runners import _preload_for_decision, runner_for
+
+    made, _ = runner_for(runner, workload, supervised, declare=True)  # its server reads it before its warm-up
+    try:
+        _preload_for_decision(until=made.declaration_ready)  # meanwhile; the rest while the server warms up
+    except BaseException:
+        made.close()
+        raise
+    return made
+
+
+def _plan_declared(workload: str, base: dict, change: dict, runner: Any, *, conditions: dict, attempts: Any,
+                   auto: bool, objective: str, policy: Any, until_decisive: bool, cap: int, max_attempts: Any,
+                   interleave: str, supervised: bool, hypothesis: str, evaluate_kwargs: dict,
+                   configuration: Any, rest: dict) -> Plan:
+    """The rest of :func:`plan_comparison`, from the workload's declared conditions (read through
+    ``runner`` where it is a runner) to the :class:`Plan`."""
+    from ..workloads import AttemptRunner
+
+    base = with_declared_conditions(workload, base, change,
+                                    runner=runner if isinstance(runner, AttemptRunner) else None)
     require_fixed_conditions(base)
     variable, value = validated_change(base, change, hypothesis)
     _check_counts(base, variable, value)

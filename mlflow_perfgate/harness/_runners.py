@@ -14,13 +14,14 @@ from ..errors import InputError
 
 
 def runner_for(runner: Any, workload: str, supervised: bool, *, sites: Any = None,
-                lockstep: bool = False) -> tuple[Any, bool]:
+                lockstep: bool = False, declare: bool = False) -> tuple[Any, bool]:
     """The runner a call uses, and whether the call made it (then it closes it).
 
     Unsupervised: ``None``. A caller's ``AttemptRunner``: itself, not closed. A kind:
     ``attempt_runner(kind, workload)`` (with fork, its server already warming up); where the arms
     run apart (``sites``, :func:`mlflow_perfgate.sites.arm_sites`) or in lockstep rounds, a
     :class:`~mlflow_perfgate.workloads.SiteRunner` of that kind, a runner per arm and site.
+    ``declare``: a fork runner's server reads the workload's declared conditions first thing.
 
     Raises:
         InputError: not a kind nor a runner, ``'fork'`` where fork is unavailable, or a workload
@@ -41,7 +42,7 @@ def runner_for(runner: Any, workload: str, supervised: bool, *, sites: Any = Non
         raise InputError(f"runner must be one of {list(RUNNER_KINDS)} or an AttemptRunner, got {runner!r}")
     try:
         if sites is None and not lockstep:
-            return attempt_runner(runner, workload=workload), True
+            return attempt_runner(runner, workload=workload, declare=declare), True
         placed = (None, None) if sites is None else (sites.of("baseline"), sites.of("candidate"))
         return SiteRunner(runner, workload, site_of=(lambda conditions: None) if sites is None else sites.site_of,
                           sites=placed, lockstep=lockstep), True
@@ -60,7 +61,7 @@ def _runner_scope(runner: Any, workload: str, supervised: bool, *, lockstep: boo
             active.close()
 
 
-def _preload_for_decision() -> None:
+def _preload_for_decision(until: Any = None) -> None:
     """Import now what the comparison needs between and after its attempts.
 
     MLflow's database store (a SQLite or other database URI: its module, with SQLAlchemy and
@@ -69,16 +70,21 @@ def _preload_for_decision() -> None:
     attempts: in the process that runs them when unsupervised) and matplotlib (the decision's
     plots). Called while a fork runner's server warms up, the imports cost the comparison no
     time of its own on a machine with a core to spare; nothing is opened or written.
+
+    ``until``: a callable asked between the imports; once it answers true the rest is left (for
+    later: a comparison refused on what it waited for is refused without them).
     """
     import mlflow
 
     from ..rules import preload_step_quantile
     from ..tracking import DATABASE_SCHEMES, preload_plotting, store_scheme
 
-    if store_scheme(mlflow.get_tracking_uri()) in DATABASE_SCHEMES:
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-    preload_step_quantile()
-    preload_plotting()
+    steps = (lambda: store_scheme(mlflow.get_tracking_uri()) in DATABASE_SCHEMES and
+             __import__("mlflow.store.tracking.sqlalchemy_store"), preload_step_quantile, preload_plotting)
+    for step in steps:
+        if until is not None and until():
+            return
+        step()
 
 
 def ready_store_while_warming(workload: str, runner: Any, timeout_s: float, *, arms: dict | None = None,

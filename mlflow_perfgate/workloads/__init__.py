@@ -63,6 +63,7 @@ _PRODUCT = {
     "parse_int": "_conditions",
     "probe_python": "_site",
     "require_importable": "_names",
+    "runner_kind": "_runner",
     "workload_target": "_names",
 }
 

@@ -9,7 +9,8 @@ result, and the parent reports the exit code or signal instead. The fork runner'
 
 The spec's ``task`` says what to run: ``attempt`` (the default) an attempt, ``check`` only
 whether the workload's name resolves (its module imported here, never in the caller),
-``diagnose`` the evidence collection of a diagnosis (``_diagnosis``). Whichever it is, the
+``diagnose`` the evidence collection of a diagnosis (``_diagnosis``), ``declare`` the conditions
+its factory declares (``_declared``). Whichever it is, the
 workload's name is resolved first: a name that does not resolve is written as a refusal
 (``_attempt.write_refusal``), which the caller raises as ``ValueError``.
 """
@@ -47,6 +48,8 @@ def run_spec(spec: dict, result_path: str) -> int:
         if task == "check":
             # Not a name that does not resolve: the attempts will fail, each saying why.
             write_json_atomic(result_path, {"checked": spec["workload"], "import_failed": describe_failure(error)})
+        elif task == "declare":
+            write_json_atomic(result_path, {"import_failed": describe_failure(error)})
         elif task == "diagnose":
             from ._diagnosis import write_diagnosis_failure
 
@@ -56,6 +59,10 @@ def run_spec(spec: dict, result_path: str) -> int:
         return 0
     if task == "check":
         write_json_atomic(result_path, {"checked": spec["workload"]})
+    elif task == "declare":
+        from ._declared import write_declaration
+
+        write_declaration(spec["workload"], result_path)
     elif task == "diagnose":
         from ._diagnosis import run_diagnosis_spec
 

@@ -13,8 +13,10 @@ A factory of your own may say which conditions it fixes, so that a comparison of
 fixed conditions where no ``--set`` gives them, and refuses a ``--set`` that disagrees with
 one, naming both values (``harness``). The module is imported in a child process
 (``python -m mlflow_perfgate.workloads._declared NAME``, in the current directory, as an
-attempt's child imports it): its imports, torch's included, never run in the comparison's own
-process. No torch here.
+attempt's child imports it), or, given a runner, in a child of that runner (the ``declare`` task:
+a fork runner's warm server forks it, with torch imported already, instead of a fresh interpreter
+importing it again): its imports, torch's included, never run in the comparison's own process.
+No torch here.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 from ._names import HF_PREFIX, workload_target
 
-__all__ = ["ATTRIBUTE", "DeclarationUnreadable", "declared_conditions"]
+__all__ = ["ATTRIBUTE", "DeclarationUnreadable", "declared_conditions", "write_declaration"]
 
 #: The factory's attribute that declares its fixed conditions.
 ATTRIBUTE = "perfgate_conditions"
@@ -50,9 +55,12 @@ class DeclarationUnreadable(ValueError):
     condition goes on (each attempt's child meets the failure again and fails, counted), else is refused."""
 
 
-def declared_conditions(workload: str, timeout_s: float = _TIMEOUT_S) -> dict:
+def declared_conditions(workload: str, timeout_s: float = _TIMEOUT_S, runner: Any = None) -> dict:
     """The conditions ``workload``'s factory declares (``factory.perfgate_conditions``); ``{}`` where it
     declares none, or is a built-in or Hugging Face name.
+
+    ``runner``: an :class:`~._runner.AttemptRunner` whose child reads it (``run_task``, the
+    ``declare`` task); without one, a fresh interpreter does.
 
     Raises:
         DeclarationUnreadable: the module's import failed, crashed or exited (a ``ValueError``).
@@ -63,6 +71,8 @@ def declared_conditions(workload: str, timeout_s: float = _TIMEOUT_S) -> dict:
     if not sep or prefix.lower() == HF_PREFIX:
         return {}
     workload_target(workload)  # a malformed name: its own message
+    if runner is not None:
+        return _declared_by(runner, workload, timeout_s)
     # where this process finds modules, and the current directory (where an attempt's child looks)
     found = [os.getcwd(), *(entry for entry in sys.path if entry and os.path.isdir(entry))]
     path = os.pathsep.join(dict.fromkeys([*found, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
@@ -87,6 +97,72 @@ def declared_conditions(workload: str, timeout_s: float = _TIMEOUT_S) -> dict:
     except (IndexError, ValueError):
         raise DeclarationUnreadable(f"workload {workload!r}: reading its declared conditions ({ATTRIBUTE}) gave no "
                                     f"answer (its output ended: {done.stdout[-200:]!r})") from None
+
+
+def _unreadable(workload: str, why: str) -> DeclarationUnreadable:
+    return DeclarationUnreadable(f"workload {workload!r}: its declared conditions ({ATTRIBUTE}) could not be read: {why}")
+
+
+def _declared_by(runner: Any, workload: str, timeout_s: float) -> dict:
+    """:func:`declared_conditions` read by a child of ``runner`` (:func:`write_declaration`)."""
+    from ._attempt import exit_reason
+    from ._wire import FormatError, read_json
+
+    if getattr(runner, "declares", None) == workload:  # its server read it first thing, before its warm-up
+        try:
+            stored = runner.declaration(timeout_s)
+        except ValueError:
+            raise ValueError(f"workload {workload!r}: importing its module to read its declared conditions took "
+                             f"over {timeout_s:g} s") from None
+        if "crashed" in stored:
+            raise _unreadable(workload, f"importing its module {stored['crashed']}")
+        return _answer(workload, stored, timeout_s)
+    with tempfile.TemporaryDirectory(prefix="perfgate-declared-") as tmp:
+        result_path = Path(tmp) / "result.json"
+        try:
+            ended = runner.run_task({"task": "declare", "workload": workload}, result_path, Path(tmp) / "child.log",
+                                    float(timeout_s))
+        except ValueError:  # the name did not resolve (the server's check): read as without a runner, which
+            return declared_conditions(workload, timeout_s)  # tells a module not there from its failing import
+        if ended.timed_out:
+            raise ValueError(f"workload {workload!r}: importing its module to read its declared conditions took over "
+                             f"{timeout_s:g} s")
+        if ended.reason is not None:  # the runner's own failure (its server died)
+            raise _unreadable(workload, ended.reason)
+        try:
+            stored = read_json(result_path, "the declared conditions")
+        except (OSError, FormatError):
+            stored = None
+    if ended.exitcode != 0 or stored is None:
+        last = (ended.log_tail or "").strip().splitlines()
+        raise _unreadable(workload, last[-1] if last else exit_reason(ended.exitcode))
+    return _answer(workload, stored, timeout_s)
+
+
+def _answer(workload: str, stored: dict, timeout_s: float) -> dict:
+    """The declaration from what a runner's child wrote (the ``declare`` task)."""
+    if "refused" in stored:  # as above
+        return declared_conditions(workload, timeout_s)
+    if "import_failed" in stored:
+        raise _unreadable(workload, str(stored["import_failed"]))
+    if "malformed" in stored:
+        raise ValueError(str(stored["malformed"]))
+    return dict(stored["declared"])
+
+
+def write_declaration(workload: str, result_path: str) -> None:
+    """In a runner's child (the ``declare`` task), the workload's module imported already: write its
+    factory's declaration (``{"declared": ...}``, or ``{"malformed": why}``) to ``result_path``."""
+    from ._interface import resolve_workload
+    from ._wire import write_json_atomic
+
+    factory = resolve_workload(workload)
+    try:
+        found = _checked(workload, getattr(factory, ATTRIBUTE, None) or {})
+    except ValueError as error:
+        write_json_atomic(result_path, {"malformed": str(error)})
+        return
+    write_json_atomic(result_path, {"declared": found})
 
 
 def _checked(workload: str, declared) -> dict:

@@ -573,19 +573,22 @@ def _for(event: dict, request_id: Any) -> bool:
 class _Server:
     """The runner's side of one attempt server process."""
 
-    def __init__(self, scratch: Path, number: int, preload: str | None, site: Site | None = None) -> None:
+    def __init__(self, scratch: Path, number: int, preload: str | None, site: Site | None = None,
+                 declare: bool = False) -> None:
         self.log_path = scratch / f"server-{number}.log"
         # Contained (_contain run): it dies with this process, and adopts its children's orphans.
         command = [sys.executable if site is None else site.python, "-m", _CONTAIN_MODULE, "run", str(os.getpid()),
                    _SERVER_MODULE]
         if preload:
-            command += ["--preload", preload, str(scratch)]
+            command += ["--preload", preload, str(scratch), *(["--declare"] if declare else [])]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                             env=site_env(site), cwd=None if site is None else site.cwd,
                                             start_new_session=True, bufsize=0)
         self.ready = False
         self.info: dict = {}
+        #: The exit code of the child that read the workload's declaration (``--declare``), once reported.
+        self.declared_exit: int | None = None
         #: Children the server announced and has not reported ended (their process groups), and the
         #: request each was forked for (where the server names it).
         self.children: set[int] = set()
@@ -666,6 +669,8 @@ class _Server:
             self.request_of.pop(event["pid"], None)
         elif event.get("event") == "ready":
             self.ready, self.info = True, event
+        elif event.get("event") == "declared":
+            self.declared_exit = event.get("exitcode")
         return event
 
     def children_of(self, request_id: Any) -> set[int]:
@@ -696,7 +701,7 @@ class _Server:
         self.finalizer()
 
     def close(self) -> None:
-        if self.alive():
+        if self.alive() and self.ready:  # warming up, it reads no request: it is ended below, at once
             try:
                 self.send({"op": "exit"})
                 self.process.stdin.close()
@@ -725,12 +730,14 @@ class ForkRunner(AttemptRunner):
 
     kind = "fork"
 
-    def __init__(self, workload: str | None = None, site: Site | None = None) -> None:
+    def __init__(self, workload: str | None = None, site: Site | None = None, declare: bool = False) -> None:
         if not fork_available():
             raise ValueError(f"the fork runner needs os.fork on Linux, and this is {sys.platform}")
         if workload is not None:
             workload_target(workload)
         self._workload = workload
+        #: Its first server reads ``workload``'s declared conditions before it warms up (:meth:`declaration`).
+        self._declare = declare and workload is not None
         #: Where its server and children run (``None``: here, as this process is now; ``_site``).
         self.site = site
         self._lock = threading.Lock()
@@ -750,8 +757,65 @@ class ForkRunner(AttemptRunner):
 
     def _start_server(self) -> _Server:
         self.servers_started += 1
-        self._server = _Server(Path(self._scratch.name), self.servers_started, self._workload, self.site)
+        self._server = _Server(Path(self._scratch.name), self.servers_started, self._workload, self.site,
+                               declare=self._declare and self.servers_started == 1)
         return self._server
+
+    @property
+    def declares(self) -> str | None:
+        """The workload whose declaration this runner's first server reads (made with ``declare``), else ``None``."""
+        return self._workload if self._declare else None
+
+    def declaration_ready(self) -> bool:
+        """Whether :meth:`declaration` would answer now (the runner was made with ``declare``)."""
+        return self._declare and (Path(self._scratch.name, "declared.json").exists() or self._declaration_ended())
+
+    def declaration(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+        """What the first server's child read of the workload's declaration (made with ``declare``), as the
+        ``declare`` task writes it (``{"declared": ...}``, ``{"malformed": ...}``, ``{"import_failed": ...}``,
+        ``{"refused": ...}``), or ``{"crashed": how}`` where that child (or the server) died first.
+
+        Raises:
+            ValueError: the runner was not made with ``declare``, or nothing came within ``timeout_s``.
+        """
+        if not self._declare:
+            raise ValueError("this ForkRunner was not made to read a declaration (declare=True)")
+        path = Path(self._scratch.name, "declared.json")
+        deadline = time.monotonic() + timeout_s
+        while not path.exists():
+            if self._declaration_ended():  # it ended, and wrote nothing (or only now)
+                break
+            if time.monotonic() > deadline:
+                raise ValueError(f"reading the declaration took over {timeout_s:g} s")
+            time.sleep(0.005)
+        try:
+            return read_json(path, "the declared conditions")
+        except (OSError, FormatError):
+            server = self._server
+            code = None if server is None else server.declared_exit
+            return {"crashed": exit_reason(code) if code is not None else "the attempt server died"}
+
+    def _declaration_ended(self) -> bool:
+        """Whether the first server reported the end of its declaration child, or died (the events read
+        now, without waiting, where no one else is reading them)."""
+        server = self._server
+        if server is None or server.declared_exit is not None or not server.alive():
+            return True
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            while server.declared_exit is None and (b"\n" in server.buffer or select.select(
+                    [server.process.stdout.fileno()], [], [], 0)[0]):
+                event = server.read_new_event(time.monotonic())
+                if event is None:
+                    break
+                if event.get("event") != "declared":
+                    server.hold(event)
+        except _ServerGone:
+            return True
+        finally:
+            self._lock.release()
+        return server.declared_exit is not None
 
     def _live_server(self) -> _Server:
         if self._closed:
@@ -1084,7 +1148,7 @@ def _request(op: str, result_path: Path, log_path: Path, site: Site | None = Non
             "env": site_env(site), "path": list(site.path)}
 
 
-def attempt_runner(kind: str = "auto", workload: str | None = None) -> AttemptRunner:
+def attempt_runner(kind: str = "auto", workload: str | None = None, *, declare: bool = False) -> AttemptRunner:
     """A runner for many supervised attempts; use it as a context manager.
 
     Args:
@@ -1092,6 +1156,8 @@ def attempt_runner(kind: str = "auto", workload: str | None = None) -> AttemptRu
             interpreter per attempt) or ``'auto'`` (fork where available, else spawn).
         workload: for the fork runner, the workload whose module the server imports as soon as
             it has warmed up (else at its first attempt); checked for its form here.
+        declare: for the fork runner, its server first reads ``workload``'s declared conditions in a
+            child, torch imported and nothing more (:meth:`ForkRunner.declaration`).
 
     Returns:
         A :class:`ForkRunner` (its server already starting) or a :class:`SpawnRunner`.
@@ -1103,4 +1169,4 @@ def attempt_runner(kind: str = "auto", workload: str | None = None) -> AttemptRu
     resolved = runner_kind(kind)
     if workload is not None:
         workload_target(workload)
-    return ForkRunner(workload) if resolved == "fork" else SpawnRunner()
+    return ForkRunner(workload, declare=declare) if resolved == "fork" else SpawnRunner()

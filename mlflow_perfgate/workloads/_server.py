@@ -520,9 +520,21 @@ class Server:
         gc.freeze()
         self.warm_s = time.perf_counter() - self.started
 
-    def serve(self, preload: str | None = None, scratch: str | None = None) -> int:
+    def declare(self, workload: str, scratch: str) -> int:
+        """Fork a child that writes ``workload``'s declared conditions to ``SCRATCH/declared.json`` (the
+        ``declare`` task) now, torch imported and nothing more: the runner reads the file as soon as it
+        is there, while the server goes on warming up. Its pid, reaped at :meth:`serve`'s ``ready``."""
+        request = {"result": os.path.join(scratch, "declared.json"), "log": os.path.join(scratch, "declared.log"),
+                   "cwd": os.getcwd(), "env": dict(os.environ)}
+        return self.fork_child(request, lambda: run_spec({"task": "declare", "workload": workload}, request["result"]))
+
+    def serve(self, preload: str | None = None, scratch: str | None = None, declare: bool = False) -> int:
         try:
+            declaring = self.declare(preload, scratch) if declare and preload else None
             self.warm_up()
+            if declaring is not None:  # how it ended (a crash leaves no file: the runner reads it here)
+                _, status = os.waitpid(declaring, 0)
+                self.send({"event": "declared", "exitcode": os.waitstatus_to_exitcode(status)})
             # ready_at: this machine's monotonic clock, which every process reads alike (for benchmarks)
             self.send({**self.status(), "event": "ready", "ready_at": time.monotonic()})
             if preload:
@@ -558,11 +570,13 @@ class Server:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``_server [--preload WORKLOAD SCRATCH_DIR]``: serve the runner on stdin and stdout."""
+    """``_server [--preload WORKLOAD SCRATCH_DIR [--declare]]``: serve the runner on stdin and stdout
+    (``--declare``: read the workload's declared conditions first, :meth:`Server.declare`)."""
     argv = sys.argv[1:] if argv is None else argv
     preload = scratch = None
     if argv[:1] == ["--preload"]:
         preload, scratch = argv[1], argv[2]
+    declare = "--declare" in argv[3:]
     # The protocol gets its own descriptors; fd 0 reads nothing and fd 1 joins the log (stderr),
     # so nothing printed here can corrupt a message.
     requests, events = os.dup(0), os.dup(1)
@@ -576,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     # The runner gone, nothing below the server may outlive it (children get their SIGTERM
     # back, as every other handler, in become_child).
     signal.signal(signal.SIGTERM, _end_everything)
-    code = server.serve(preload, scratch)
+    code = server.serve(preload, scratch, declare)
     # Served: nothing is left to write but the log. An interpreter's teardown with torch loaded
     # costs every comparison 0.2-0.3 s at its end (a frozen heap, torch's modules), for nothing.
     _contain.kill_tree()
