@@ -177,3 +177,42 @@ def test_a_child_killed_on_its_time_limit_spares_the_one_begun_beside_it(tmp_pat
         assert not a.ok and "timeout" in a.failure, a.failure
         c, d = second.finish()
         assert c.ok and d.ok, (c.failure, c.failure_detail)
+
+
+def test_a_child_that_dies_beside_a_tail_is_reported_at_once_when_its_turn_comes(tmp_path):
+    """Begun beside the tail of the one before, a child whose factory ends its process is seen ended as
+    soon as its round comes (its end was read while the first one was followed), not at its limit."""
+    release = tmp_path / "release"
+    held = {"release": str(release)}
+    dying_factory = "tests.workloads_fixtures.hostile:exits_in_factory"
+    with attempt_runner("fork", SLOW_TAIL) as runner:
+        runner.check(dying_factory)  # vetted: a workload's first request vets its import in a turn of its own
+        first = runner.begin_interleaved(SLOW_TAIL, held, held, threads=1, warmup=0, steps=2)
+        assert first.measured() is True
+        marker = {"marker": str(tmp_path / "built")}
+        dying = runner.begin_interleaved(dying_factory, marker, marker, threads=1, warmup=0, steps=2, timeout_s=120)
+        _until(lambda: (tmp_path / "built").exists(), "the second child's factory ran")
+        _until(lambda: len(_server_children(runner)) == 1, "the second child ended and was reaped")
+        release.touch()
+        assert all(r.ok for r in first.finish())
+        began = time.monotonic()
+        assert dying.measured() is False  # as a comparison's round asks: it ended, nothing measured
+        a, b = dying.finish()
+        assert time.monotonic() - began < 100  # its end was known: not waited for up to its 120 s limit
+        assert not a.ok and "code 4" in a.failure, a.failure
+
+
+def test_the_server_killed_with_two_children_in_flight_fails_both_and_the_runner_goes_on(tmp_path):
+    release = tmp_path / "release"
+    held = {"release": str(release)}
+    with attempt_runner("fork", SLOW_TAIL) as runner:
+        first = runner.begin_interleaved(SLOW_TAIL, held, held, threads=1, warmup=0, steps=2)
+        assert first.measured() is True
+        second = runner.begin_interleaved(SLOW_TAIL, {}, {}, threads=1, warmup=0, steps=2)
+        _until(lambda: len(_server_children(runner)) == 2, "the second child forked beside the first one's tail")
+        os.kill(runner._server.process.pid, 9)
+        for pending in (first, second):
+            a, b = pending.finish()
+            assert not a.ok and a.failure.startswith("attempt server died"), a.failure
+        release.touch()
+        assert all(r.ok for r in runner.run_interleaved(SLOW_TAIL, {}, {}, threads=1, warmup=0, steps=2))

@@ -255,3 +255,26 @@ def test_the_main_job_and_a_decisive_comparison_stop_as_compare_does(sqlite_uri,
     [comparison] = [run for run in runs if run.data.tags.get(TAG.KIND) == "comparison"]
     assert comparison.info.status == "KILLED" and "stopped before its decision" in comparison.data.tags[TAG.END_REASON]
     assert sum(run.info.status == "FINISHED" and run.data.tags.get(TAG.KIND) == "attempt" for run in runs) >= 2
+
+
+def test_a_stop_a_library_swallowed_is_raised_again_where_the_comparison_goes_on():
+    """matplotlib's import catches ``Exception`` around a class whose ``__set_name__`` may be running when
+    SIGTERM comes (Python wraps what it raises in ``RuntimeError``): the stop must not be lost."""
+    from mlflow_perfgate.harness import Terminated
+    from mlflow_perfgate.harness._signals import stop_handled, stop_if_signalled, terminate_as_exception
+
+    with terminate_as_exception():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here
+        except BaseException:  # noqa: BLE001 - swallowed, as that import does
+            pass
+        with pytest.raises(Terminated):
+            stop_if_signalled()
+        stop_if_signalled()  # raised once
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except Terminated:
+            stop_handled()  # it reached the comparison: nothing to raise again
+        stop_if_signalled()

@@ -23,6 +23,7 @@ from ._conditions import (INTERLEAVE_MODES, LOCKSTEP_MODES, base_conditions, req
                           with_declared_conditions)
 from ._planning import RECOMMENDED, _cli_value, plan_comparison
 from ._runners import ready_store_while_warming, _runner_scope
+from ._signals import terminate_as_exception
 
 
 def compare(
@@ -121,13 +122,14 @@ def compare(
         ``evaluate_group``'s result, with ``comparison_run_id`` (and ``rounds_auto``, the plan
         :func:`auto_rounds` made, when ``attempts="auto"``).
     """
-    plan = plan_comparison(workload, conditions, change, attempts=attempts, group=group,
-                            experiment_name=experiment_name, objective=objective, supervised=supervised,
-                            runner=runner, timeout_s=timeout_s, threads=threads, until_decisive=until_decisive,
-                            max_attempts=max_attempts, progress=progress, hypothesis=hypothesis,
-                            on_attempt=on_attempt, parent_run_id=parent_run_id, resume=resume,
-                            interleave=interleave, allow_undecidable=allow_undecidable,
-                            keep_worktrees=keep_worktrees, new_plan=new_plan, evaluate_kwargs=evaluate_kwargs)
+    with terminate_as_exception():  # a stop while the plan reads a declaration (a runner may exist): said, not a kill
+        plan = plan_comparison(workload, conditions, change, attempts=attempts, group=group,
+                                experiment_name=experiment_name, objective=objective, supervised=supervised,
+                                runner=runner, timeout_s=timeout_s, threads=threads, until_decisive=until_decisive,
+                                max_attempts=max_attempts, progress=progress, hypothesis=hypothesis,
+                                on_attempt=on_attempt, parent_run_id=parent_run_id, resume=resume,
+                                interleave=interleave, allow_undecidable=allow_undecidable,
+                                keep_worktrees=keep_worktrees, new_plan=new_plan, evaluate_kwargs=evaluate_kwargs)
     return Comparison(plan).run()
 
 

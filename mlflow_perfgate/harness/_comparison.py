@@ -15,7 +15,7 @@ from ..errors import InputError, StoreUnavailable
 
 from ._comparison_run import ComparisonRun
 from ._conditions import LOCKSTEP_MODES, check_quality_gate_can_fail
-from ._signals import _tail_held, terminate_as_exception
+from ._signals import _tail_held, stop_handled, stop_if_signalled, terminate_as_exception
 
 
 class Comparison(ComparisonRun):
@@ -74,6 +74,7 @@ class Comparison(ComparisonRun):
         """Begin this round's child, log the previous round, start this one's runs, then let it measure."""
         from ..workloads import AttemptRunner, run_interleaved
 
+        stop_if_signalled()
         plan = self.plan
         order = self._order(pair)
         logged_next = () if previous is None else tuple(zip(previous[0], previous[2]))
@@ -119,8 +120,8 @@ class Comparison(ComparisonRun):
                 self._start(arm, pair, ahead=True)
 
     def begin_first_round(self) -> None:
-        """A new group's first round (pair 0) begun now, while the store is read and the comparison run
-        made: its child's start, build and warm-up are then off the comparison's start. Not for whole
+        """A new group's first round (pair 0) begun now, once the comparison is not refused, while its run
+        is made: its child's start, build and warm-up are then off the comparison's start. Not for whole
         attempts, a resume (its next pair is read from the group) or a runner in this process."""
         from ..workloads import AttemptRunner
 
@@ -257,6 +258,7 @@ class Comparison(ComparisonRun):
         """The decision (``evaluate_group``), after what waits in the journal is sent."""
         from ..tracking import evaluate_group, sync
 
+        stop_if_signalled()
         if self.deferred:  # the server may be back: send what waits in the journal before deciding
             with contextlib.suppress(StoreUnavailable):
                 sync()
@@ -275,10 +277,12 @@ class Comparison(ComparisonRun):
         with terminate_as_exception():  # from before the comparison run exists: no window where SIGTERM kills
             self.open()
             try:
+                stop_if_signalled()
                 with tqdm(total=2 * self.plan.attempts, desc=f"compare {self.plan.variable}", unit="attempt",
                           disable=not self.plan.progress, file=sys.stderr) as bar:
                     result = self.decide(self.collect(bar))
             except BaseException as exc:
+                stop_handled()
                 self.stop(exc)
                 raise
             finally:

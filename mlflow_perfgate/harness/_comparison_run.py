@@ -82,11 +82,11 @@ class ComparisonRun:
             ready_store_while_warming(plan.workload, self.active, plan.timeout_s,
                                        arms=self.arms if self.sites is not None else None,
                                        labels=None if self.sites is None else self.sites.labels)
-            self.begin_first_round()  # its child starts, builds and warms up while the group is read
             self.group = plan.group or (f"{plan.workload.split(':')[-1]}-{plan.variable}-"
                                         f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
             self.held = group_state(self.group, experiment_name=plan.experiment_name)
             self._refuse_or_warn()
+            self.begin_first_round()  # not refused: its child starts, builds and warms up while the run is made
             self.spent = _spent_before(self.held, plan.resume, plan.until_decisive, plan.attempts, plan.max_attempts,
                                        self.group) if plan.resume else 0.0
             self.rounds_now = self._rounds_to_complete()

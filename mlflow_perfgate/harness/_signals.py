@@ -34,6 +34,7 @@ def terminate_as_exception():
                 signal.setitimer(signal.ITIMER_REAL, _HELD["grace_s"])
             _HELD["pending"] = _HELD["pending"] or signum
             return
+        _HELD["raised"] = signum  # should code between here and the comparison swallow it (stop_if_signalled)
         raise _stop_for(signum)
 
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, handler)}
@@ -44,7 +45,27 @@ def terminate_as_exception():
     finally:
         for signum, before in previous.items():
             signal.signal(signum, before)
-        _HELD["pending"] = None
+        _HELD["pending"] = _HELD["raised"] = None
+
+
+def stop_if_signalled() -> None:
+    """Raise again a stop the handler raised that never reached the comparison.
+
+    A library may swallow it: matplotlib's import catches ``Exception`` around a class whose
+    ``__set_name__`` ran as the signal came, and Python wraps what ``__set_name__`` raises in a
+    ``RuntimeError``; the comparison then went on to its decision. Called where the comparison
+    goes on (the runner opened, each round, the decision); :func:`stop_handled` forgets one that
+    did reach it.
+    """
+    signum = _HELD["raised"]
+    if signum is not None:
+        _HELD["raised"] = None
+        raise _stop_for(signum)
+
+
+def stop_handled() -> None:
+    """The stop raised reached the comparison (it ends its runs): nothing to raise again."""
+    _HELD["raised"] = None
 
 
 def _stop_for(signum: int) -> BaseException:
@@ -55,7 +76,7 @@ def _stop_for(signum: int) -> BaseException:
 
 
 #: :func:`terminate_as_exception`'s handler holds SIGTERM and SIGINT while ``depth`` > 0 (see :func:`signal_held`).
-_HELD: dict[str, Any] = {"depth": 0, "pending": None, "grace_s": None}
+_HELD: dict[str, Any] = {"depth": 0, "pending": None, "grace_s": None, "raised": None}
 #: How long a stopping signal waits for a round's tail once its measured steps are over (:func:`_tail_held`).
 TAIL_GRACE_S = 3.0
 

@@ -158,7 +158,12 @@ def write_declaration(workload: str, result_path: str) -> None:
 
     factory = resolve_workload(workload)
     try:
-        found = _checked(workload, getattr(factory, ATTRIBUTE, None) or {})
+        declared = getattr(factory, ATTRIBUTE, None)
+    except Exception as error:  # noqa: BLE001 - its own code (a property that raises): said as such
+        write_json_atomic(result_path, {"import_failed": f"reading {ATTRIBUTE} raised {type(error).__name__}: {error}"})
+        return
+    try:
+        found = _checked(workload, declared or {})
     except ValueError as error:
         write_json_atomic(result_path, {"malformed": str(error)})
         return

@@ -479,10 +479,26 @@ class _ForkChild(_GatedChild):
             self.runner._discard(self.server)
             raise
 
+    def _see(self, event: dict) -> None:
+        """Note this child's start (its pid) and end from one of its request's events."""
+        attempt = event.get("phase", "attempt") == "attempt"  # not the child that vets the import
+        if event.get("event") == "started" and attempt:
+            self.pid = event.get("pid")
+        if event.get("event") == "done" or (event.get("event") == "exited" and attempt):
+            self.ended = True
+
     def wait_reply(self, size: int) -> bytes | None:
         if self.early is not None:
             return None
-        server, events = self.server, self.server.process.stdout.fileno()
+        server = self.server
+        for event in list(server.held):  # read ahead by the child begun before this one (its tail overlapped)
+            if event.get("id") == self.request_id:
+                self._see(event)
+        try:
+            events = server.process.stdout.fileno()
+        except ValueError:  # the server was discarded (it died while the child before this one ran)
+            self.ended = True
+            return None
         try:
             while (reply := self.gate.read_reply(size)) is None:
                 if self.ended:
@@ -495,11 +511,8 @@ class _ForkChild(_GatedChild):
                     server.hold(event)
                     if event.get("id", self.request_id) != self.request_id:
                         continue  # the other child's (begun ahead, or the one whose tail this one's start overlaps)
-                    attempt = event.get("phase", "attempt") == "attempt"  # not the child that vets the import
-                    if event.get("event") == "started" and attempt:
-                        self.pid = event.get("pid")
-                    if event.get("event") == "done" or (event.get("event") == "exited" and attempt):
-                        self.ended = True
+                    self._see(event)
+                    if self.ended:
                         return self.gate.read_reply(size)
                 remaining = self.deadline - time.monotonic()
                 if remaining <= 0:
@@ -645,7 +658,10 @@ class _Server:
 
     def read_new_event(self, deadline: float | None) -> dict | None:
         """:meth:`read_event`, past the events held."""
-        fd = self.process.stdout.fileno()
+        try:
+            fd = self.process.stdout.fileno()
+        except ValueError:  # closed: the server was discarded (killed) while a child begun beside another waited
+            raise _ServerGone("its events pipe was closed") from None
         while b"\n" not in self.buffer:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([fd], [], [], timeout)

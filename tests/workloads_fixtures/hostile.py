@@ -131,6 +131,14 @@ def slow_tail(conditions: dict) -> _Hostile:
     return workload
 
 
+def exits_in_factory(conditions: dict):
+    """The factory ends its process (``os._exit(4)``) before any step, first creating the file
+    ``conditions['marker']`` where it is given."""
+    if conditions.get("marker"):
+        open(conditions["marker"], "w").close()
+    os._exit(4)
+
+
 def broken_factory(conditions: dict):
     """The factory itself raises ``ValueError`` for a condition."""
     raise ValueError(f"flavour must be one of ['plain'], got {conditions.get('flavour')!r}")
