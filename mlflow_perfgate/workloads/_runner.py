@@ -458,11 +458,11 @@ class _ForkChild(_GatedChild):
         self.runner = runner
         self.ended = False  # the child's end was read (and held) while waiting for a reply
         self.pid: int | None = None
-        self.holds = runner._take(self)  # False: begun beside the holder's tail, the runner passed on later
+        holds = runner._take(self)  # False: begun beside the holder's tail, the runner passed on later
         try:
             self.server = runner._live_server()
             request = runner._request("run", self.result_path, self.log_path, spec=self.spec,
-                                      **({} if self.holds else {"ahead": True}))
+                                      **({} if holds else {"ahead": True}))
             self.request_id = request["id"]
             # what ended it already (the server died or never warmed up), else None: sent
             self.early, self.waited_s = runner._send(self.server, request)
@@ -509,7 +509,7 @@ class _ForkChild(_GatedChild):
                     if event is None:
                         break
                     server.hold(event)
-                    if event.get("id", self.request_id) != self.request_id:
+                    if not _for(event, self.request_id):
                         continue  # the other child's (begun ahead, or the one whose tail this one's start overlaps)
                     self._see(event)
                     if self.ended:
@@ -864,8 +864,7 @@ class ForkRunner(AttemptRunner):
             if self._holder is not child:
                 return
             self._holder, self._beside = self._beside, None
-            if self._holder is not None:
-                self._holder.holds = True  # the lock stays held, now for it
+            if self._holder is not None:  # the lock stays held, now for it
                 return
         self._lock.release()
 
