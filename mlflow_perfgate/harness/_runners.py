@@ -79,9 +79,11 @@ def _preload_for_decision(until: Any = None) -> None:
     from ..rules import preload_step_quantile
     from ..tracking import DATABASE_SCHEMES, preload_plotting, store_scheme
 
-    steps = (lambda: store_scheme(mlflow.get_tracking_uri()) in DATABASE_SCHEMES and
-             __import__("mlflow.store.tracking.sqlalchemy_store"), preload_step_quantile, preload_plotting)
-    for step in steps:
+    def preload_store() -> None:
+        if store_scheme(mlflow.get_tracking_uri()) in DATABASE_SCHEMES:
+            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+    for step in (preload_store, preload_step_quantile, preload_plotting):
         if until is not None and until():
             return
         step()
