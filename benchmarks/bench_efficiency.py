@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_lockstep import _shape_sets  # noqa: E402 - a sibling script (this folder is sys.path[0])
+
 HERE = Path(__file__).resolve().parent
 #: What the main process and the fork server import before a first measured step, each timed alone
 #: in a fresh interpreter (the second of a pair after the first).
@@ -58,8 +60,7 @@ def import_seconds(before: str, statement: str) -> float:
 
 def run(folder: Path, index: int, input_shape: str | None) -> dict:
     timeline = folder / f"timeline-{index}.json"
-    shape = [] if input_shape is None else ["--set", f"input_shape={input_shape}",
-                                            "--set", f"batch_size={input_shape.split(',')[0]}"]
+    shape = _shape_sets(input_shape)
     command = [sys.executable, str(HERE / "_cli_timeline.py"), "compare", "--change", "checkpoint=true", *shape,
                "--format", "json", "--no-progress", "--group", f"efficiency-{index}"]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / f'store-{index}.db'}",

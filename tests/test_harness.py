@@ -469,17 +469,21 @@ def test_one_policy_travels_from_the_caller_to_the_decision(sqlite_uri):
     assert (settled["mode"], settled["method_asked"]) == ("improvement", "seed")
 
 
+#: A user's module: ``make`` declares TinyLM's fixed conditions, ``bad`` a malformed declaration.
+_DECLARES = (
+    "from mlflow_perfgate.workloads.tinylm import make_workload\n\n\n"
+    "def make(conditions):\n    return make_workload(conditions)\n\n\n"
+    "make.perfgate_conditions = {'model': 'TinyLM', 'input_shape': '2,16', 'batch_size': 2, 'dtype': 'fp32',\n"
+    "                            'device': 'cpu', 'measurement_method': 'wall_ms', 'checkpoint': 'false'}\n\n\n"
+    "def bad(conditions):\n    return make_workload(conditions)\n\n\n"
+    "bad.perfgate_conditions = ['model']\n")
+
+
 def test_a_factory_s_declared_conditions_are_recorded_and_a_set_that_disagrees_is_refused(sqlite_uri, tmp_path,
                                                                                        monkeypatch):
     """One flag for your own workload: the factory declares its fixed conditions beside its code
     (``make.perfgate_conditions``), so ``compare --workload mine:make --change checkpoint=true`` runs."""
-    (tmp_path / "declares.py").write_text(
-        "from mlflow_perfgate.workloads.tinylm import make_workload\n\n\n"
-        "def make(conditions):\n    return make_workload(conditions)\n\n\n"
-        "make.perfgate_conditions = {'model': 'TinyLM', 'input_shape': '2,16', 'batch_size': 2, 'dtype': 'fp32',\n"
-        "                            'device': 'cpu', 'measurement_method': 'wall_ms', 'checkpoint': 'false'}\n\n\n"
-        "def bad(conditions):\n    return make_workload(conditions)\n\n\n"
-        "bad.perfgate_conditions = ['model']\n")
+    (tmp_path / "declares.py").write_text(_DECLARES)
     monkeypatch.chdir(tmp_path)  # where a user's module is: the current directory
     monkeypatch.syspath_prepend(str(tmp_path))  # in-process attempts import it here
     result = compare("declares:make", {"warmup": 1, "steps": 3}, {"checkpoint": True}, attempts=2, supervised=False,
@@ -520,13 +524,7 @@ def test_a_declaration_is_read_through_the_comparison_s_warm_server_with_the_sam
     from mlflow_perfgate.harness import with_declared_conditions
     from mlflow_perfgate.workloads import attempt_runner
 
-    (tmp_path / "declares.py").write_text(
-        "from mlflow_perfgate.workloads.tinylm import make_workload\n\n\n"
-        "def make(conditions):\n    return make_workload(conditions)\n\n\n"
-        "make.perfgate_conditions = {'model': 'TinyLM', 'input_shape': '2,16', 'batch_size': 2, 'dtype': 'fp32',\n"
-        "                            'device': 'cpu', 'measurement_method': 'wall_ms', 'checkpoint': 'false'}\n\n\n"
-        "def bad(conditions):\n    return make_workload(conditions)\n\n\n"
-        "bad.perfgate_conditions = ['model']\n")
+    (tmp_path / "declares.py").write_text(_DECLARES)
     (tmp_path / "needs_dep.py").write_text("import needs_dep_not_installed  # noqa\n\n\ndef make(c):\n    pass\n")
     monkeypatch.chdir(tmp_path)
     with attempt_runner("fork", "declares:make") as runner:  # a child of its warm server reads each

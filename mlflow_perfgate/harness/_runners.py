@@ -81,7 +81,7 @@ def _preload_for_decision(until: Any = None) -> None:
 
     def preload_store() -> None:
         if store_scheme(mlflow.get_tracking_uri()) in DATABASE_SCHEMES:
-            import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+            from mlflow.store.tracking import sqlalchemy_store  # noqa: F401 - (binds no local 'mlflow')
 
     for step in (preload_store, preload_step_quantile, preload_plotting):
         if until is not None and until():
